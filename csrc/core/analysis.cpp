@@ -1,0 +1,609 @@
+// analysis.cpp — trace -> Report in two streaming passes (see ridgescope/analysis.h).
+#include "ridgescope/analysis.h"
+
+#include <algorithm>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "format_bytes.h"
+#include "ridgescope/ledger.h"
+#include "ridgescope/trace_reader.h"
+
+namespace ridgescope {
+namespace {
+
+constexpr std::string_view kAllocatorLiveSample = "allocator_live_bytes";
+
+enum class PhaseKind : std::uint8_t { Other, Forward, Backward, Recompute, OptimizerStep, ZeroGrad };
+
+PhaseKind phase_kind(std::string_view name) {
+  if (name == "forward") return PhaseKind::Forward;
+  if (name == "backward") return PhaseKind::Backward;
+  if (name == "recompute") return PhaseKind::Recompute;
+  if (name == "optimizer_step") return PhaseKind::OptimizerStep;
+  if (name == "zero_grad") return PhaseKind::ZeroGrad;
+  return PhaseKind::Other;
+}
+
+// Device and address in one key: user-space addresses fit in 48 bits on every platform torch
+// supports, so the device code takes the top 16.
+std::uint64_t device_code(Device d) {
+  return (static_cast<std::uint64_t>(d.type) << 8) |
+         static_cast<std::uint64_t>(static_cast<std::uint8_t>(d.index + 1));
+}
+std::uint64_t block_key(Device d, std::uint64_t addr) {
+  return (device_code(d) << 48) ^ addr;
+}
+Device device_from_code(std::uint64_t code) {
+  Device d;
+  d.type = static_cast<DeviceType>(code >> 8);
+  d.index = static_cast<std::int16_t>(static_cast<int>(code & 0xFF) - 1);
+  return d;
+}
+
+// The category a block gets for its whole life, decided in pass 1.
+struct Resolved {
+  Category category = Category::Unknown;
+  bool inferred = false;
+  std::uint32_t label_id = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Pass 1: lifetimes, tags, and the peak of every device.
+// ---------------------------------------------------------------------------------------------
+class LifetimePass {
+ public:
+  struct DevicePeak {
+    std::uint64_t live = 0, peak = 0, peak_seq = 0;
+    bool seen = false;
+  };
+
+  void run(TraceReader& reader) {
+    Event e;
+    while (reader.next(e)) {
+      last_seq_ = e.seq;
+      last_time_ = e.time_ns;
+      switch (e.kind) {
+        case EventKind::Alloc: on_alloc(e); break;
+        case EventKind::Free: on_free(e); break;
+        case EventKind::Tag: on_tag(e); break;
+        case EventKind::PhaseBegin: on_phase_begin(e, reader.string(e.string_id)); break;
+        case EventKind::PhaseEnd: on_phase_end(e); break;
+        default: break;
+      }
+      ++events_;
+    }
+    for (auto& [key, pending] : live_) resolve(pending, /*freed=*/false);
+    live_.clear();
+  }
+
+  const std::vector<Resolved>& resolved() const { return resolved_; }
+  const absl::flat_hash_map<std::uint64_t, DevicePeak>& peaks() const { return peaks_; }
+  std::uint64_t events() const { return events_; }
+  std::uint64_t last_time() const { return last_time_; }
+
+ private:
+  struct Instance {
+    PhaseKind kind;
+    std::uint32_t name_id;
+    bool open;
+  };
+  struct Pending {
+    std::uint64_t block_id, alloc_seq, bytes, idle_epoch;
+    std::int32_t instance;  // innermost open phase at alloc, -1 when idle
+    bool forwardish, in_backward, in_optimizer;
+    bool has_strong = false, has_weak = false;
+    Category strong = Category::Unknown, weak = Category::Unknown;
+    std::uint32_t strong_label = 0, weak_label = 0;
+  };
+
+  bool stack_has(PhaseKind kind) const {
+    for (auto i : stack_) if (instances_[i].kind == kind) return true;
+    return false;
+  }
+
+  void on_alloc(const Event& e) {
+    const std::uint64_t id = next_block_id_++;
+    resolved_.emplace_back();
+    Pending p{};
+    p.block_id = id;
+    p.alloc_seq = e.seq;
+    p.bytes = e.bytes;
+    p.idle_epoch = idle_epoch_;
+    p.instance = stack_.empty() ? -1 : static_cast<std::int32_t>(stack_.back());
+    p.forwardish = stack_has(PhaseKind::Forward) || stack_has(PhaseKind::Recompute);
+    p.in_backward = stack_has(PhaseKind::Backward);
+    p.in_optimizer = stack_has(PhaseKind::OptimizerStep);
+    auto [it, inserted] = live_.try_emplace(block_key(e.device, e.addr), p);
+    auto& peak = peaks_[device_code(e.device)];
+    if (!inserted) {  // a missed free: the old block ends here
+      peak.live -= it->second.bytes;
+      resolve(it->second, /*freed=*/false);
+      it->second = p;
+    }
+    peak.seen = true;
+    peak.live += e.bytes;
+    if (peak.live > peak.peak) {
+      peak.peak = peak.live;
+      peak.peak_seq = e.seq;
+    }
+  }
+
+  void on_free(const Event& e) {
+    auto it = live_.find(block_key(e.device, e.addr));
+    if (it == live_.end()) return;
+    peaks_[device_code(e.device)].live -= it->second.bytes;
+    resolve(it->second, /*freed=*/true);
+    live_.erase(it);
+  }
+
+  void on_tag(const Event& e) {
+    auto it = live_.find(block_key(e.device, e.addr));
+    if (it == live_.end()) return;
+    Pending& p = it->second;
+    if ((e.flags & kTagWeak) == 0) {
+      if (!p.has_strong) {
+        p.has_strong = true;
+        p.strong = e.category;
+        p.strong_label = e.string_id;
+      }
+    } else if (!p.has_weak) {
+      p.has_weak = true;
+      p.weak = e.category;
+      p.weak_label = e.string_id;
+      // A tensor saved for backward that existed before the current forward began is an input
+      // of that forward (the batch, the targets), not an activation it produced.
+      if (p.weak == Category::Activation && have_forward_ && p.alloc_seq < last_forward_begin_seq_) {
+        p.weak = Category::Input;
+      }
+    }
+  }
+
+  void on_phase_begin(const Event& e, std::string_view name) {
+    if (stack_.empty()) ++idle_epoch_;
+    const PhaseKind kind = phase_kind(name);
+    if (kind == PhaseKind::Forward || kind == PhaseKind::Recompute) {
+      have_forward_ = true;
+      last_forward_begin_seq_ = e.seq;
+    }
+    instances_.push_back(Instance{kind, e.string_id, true});
+    stack_.push_back(static_cast<std::uint32_t>(instances_.size() - 1));
+  }
+
+  void on_phase_end(const Event& e) {
+    for (std::size_t i = stack_.size(); i-- > 0;) {
+      if (instances_[stack_[i]].name_id == e.string_id) {
+        for (std::size_t j = i; j < stack_.size(); ++j) instances_[stack_[j]].open = false;
+        stack_.resize(i);
+        if (stack_.empty()) ++idle_epoch_;
+        return;
+      }
+    }
+  }
+
+  // Decides a block's category for its whole life, in the order of docs/categories.md.
+  void resolve(const Pending& p, bool freed) {
+    Resolved& r = resolved_[p.block_id];
+    if (p.has_strong) {
+      r = Resolved{p.strong, false, p.strong_label};
+      return;
+    }
+    if (p.has_weak) {
+      r = Resolved{p.weak, false, p.weak_label};
+      return;
+    }
+    r.inferred = true;
+    if (freed) {
+      const bool same_idle = p.instance < 0 && stack_.empty() && p.idle_epoch == idle_epoch_;
+      const bool same_phase = p.instance >= 0 && instances_[p.instance].open;
+      if (same_idle || same_phase) {
+        r.category = Category::Temporary;
+        return;
+      }
+      if (p.forwardish && stack_has(PhaseKind::Backward)) {
+        r.category = Category::Activation;
+        return;
+      }
+    }
+    if (p.in_backward && !p.forwardish) {
+      r.category = Category::Gradient;
+    } else if (p.in_optimizer) {
+      r.category = Category::OptimizerState;
+    } else {
+      r.category = Category::Unknown;
+      r.inferred = false;
+    }
+  }
+
+  absl::flat_hash_map<std::uint64_t, Pending> live_;
+  absl::flat_hash_map<std::uint64_t, DevicePeak> peaks_;
+  std::vector<Resolved> resolved_;
+  std::vector<Instance> instances_;
+  std::vector<std::uint32_t> stack_;
+  std::uint64_t next_block_id_ = 0;
+  std::uint64_t idle_epoch_ = 0;
+  std::uint64_t last_forward_begin_seq_ = 0;
+  bool have_forward_ = false;
+  std::uint64_t events_ = 0;
+  std::uint64_t last_seq_ = 0;
+  std::uint64_t last_time_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Pass 2: replay one device with resolved categories and gather the report.
+// ---------------------------------------------------------------------------------------------
+class ReplayPass {
+ public:
+  ReplayPass(const TraceReader& reader, const std::vector<Resolved>& resolved, Device device,
+             std::uint64_t peak_seq, bool has_peak, const AnalysisOptions& options, Report& report)
+      : reader_(reader), resolved_(resolved), device_(device), peak_seq_(peak_seq),
+        has_peak_(has_peak), options_(options), report_(report) {
+  }
+
+  void run(TraceReader& reader) {
+    Event e;
+    while (reader.next(e)) {
+      switch (e.kind) {
+        case EventKind::Alloc: on_alloc(e); break;
+        case EventKind::Free:
+          if (e.device == device_) on_free(e);
+          break;
+        case EventKind::Tag:
+          if (e.device == device_) on_tag(e);
+          break;
+        case EventKind::SegmentAlloc:
+          if (e.device == device_) ledger_.on_segment_alloc(e.addr, e.bytes);
+          break;
+        case EventKind::SegmentFree:
+          if (e.device == device_) ledger_.on_segment_free(e.addr);
+          break;
+        case EventKind::PhaseBegin: on_phase_begin(e); break;
+        case EventKind::PhaseEnd: on_phase_end(e); break;
+        case EventKind::Step: on_step(e); break;
+        case EventKind::Oom:
+          if (e.device == device_) on_oom(e);
+          break;
+        case EventKind::Sample:
+          if (e.device == device_) on_sample(e);
+          break;
+        case EventKind::Metadata:
+          report_.metadata.emplace_back(std::string(reader.string(e.string_id)),
+                                        std::string(e.text));
+          break;
+        case EventKind::String: break;
+      }
+      last_time_ = e.time_ns;
+    }
+    finish();
+  }
+
+ private:
+  std::string phase_name(std::uint32_t id) const {
+    const auto s = reader_.string(id);
+    return s.empty() ? std::string("idle") : std::string(s);
+  }
+
+  StepStats& step_stats() {
+    if (!step_open_) {
+      step_open_ = true;
+      StepStats s;
+      s.step = current_step_;
+      s.start_bytes = s.peak_bytes = ledger_.live_bytes();
+      s.peak_by_category = ledger_.by_category();
+      report_.steps.push_back(std::move(s));
+    }
+    return report_.steps.back();
+  }
+
+  PhaseStats& phase_at(std::size_t i) {
+    const auto& ref = open_phases_[i];
+    return report_.steps[ref.first].phases[ref.second];
+  }
+
+  void observe_growth(const Event& e) {
+    const std::uint64_t live = ledger_.live_bytes();
+    StepStats& s = step_stats();
+    if (live > s.peak_bytes) {
+      s.peak_bytes = live;
+      s.peak_by_category = ledger_.by_category();
+    }
+    for (std::size_t i = 0; i < open_phases_.size(); ++i) {
+      PhaseStats& p = phase_at(i);
+      if (live > p.peak_bytes) {
+        p.peak_bytes = live;
+        p.peak_time_ns = e.time_ns;
+        p.peak_by_category = ledger_.by_category();
+      }
+    }
+    if (has_peak_ && e.seq == peak_seq_) capture_peak(e);
+  }
+
+  void on_alloc(const Event& e) {
+    const std::uint64_t id = next_block_id_++;
+    if (e.device != device_) return;
+    ++report_.allocations;
+    const Resolved& r = id < resolved_.size() ? resolved_[id] : kUnknown;
+    LiveBlock b;
+    b.bytes = e.bytes;
+    b.requested_bytes = e.requested_bytes;
+    b.block_id = id;
+    b.label_id = r.label_id;
+    b.alloc_phase_id = phase_stack_.empty() ? 0 : phase_stack_.back();
+    b.category = r.category;
+    ledger_.on_alloc(e.addr, b);
+    alloc_step_[id] = current_step_;
+    for (std::size_t i = 0; i < open_phases_.size(); ++i) {
+      PhaseStats& p = phase_at(i);
+      p.allocated_bytes += e.bytes;
+      ++p.allocations;
+    }
+    observe_growth(e);
+  }
+
+  void on_free(const Event& e) {
+    const auto block = ledger_.on_free(e.addr);
+    if (!block) return;
+    ++report_.frees;
+    alloc_step_.erase(block->block_id);
+    for (std::size_t i = 0; i < open_phases_.size(); ++i) phase_at(i).freed_bytes += block->bytes;
+    step_stats();
+  }
+
+  void on_tag(const Event& e) {
+    ++report_.tags;
+    if (e.flags & kTagWeak) return;  // weak tags were settled in pass 1
+    const LiveBlock* b = ledger_.find(e.addr);
+    if (b == nullptr) return;
+    if (b->category != e.category || (e.string_id != 0 && b->label_id != e.string_id)) {
+      ledger_.set_category(e.addr, e.category, e.string_id);
+    }
+  }
+
+  void on_phase_begin(const Event& e) {
+    StepStats& s = step_stats();
+    PhaseStats p;
+    p.phase = phase_name(e.string_id);
+    p.parent = phase_stack_.empty() ? std::string() : phase_name(phase_stack_.back());
+    p.depth = static_cast<std::uint32_t>(phase_stack_.size());
+    p.step = current_step_;
+    p.index = occurrences_[e.string_id]++;
+    p.complete = false;
+    p.begin_time_ns = p.peak_time_ns = e.time_ns;
+    p.start_bytes = p.peak_bytes = ledger_.live_bytes();
+    p.start_by_category = p.peak_by_category = ledger_.by_category();
+    s.phases.push_back(std::move(p));
+    open_phases_.emplace_back(report_.steps.size() - 1, s.phases.size() - 1);
+    phase_stack_.push_back(e.string_id);
+  }
+
+  void close_phase(std::size_t i, std::uint64_t time_ns, bool complete) {
+    PhaseStats& p = phase_at(i);
+    p.complete = complete;
+    p.end_time_ns = time_ns;
+    p.end_bytes = ledger_.live_bytes();
+    p.end_by_category = ledger_.by_category();
+  }
+
+  void on_phase_end(const Event& e) {
+    for (std::size_t i = phase_stack_.size(); i-- > 0;) {
+      if (phase_stack_[i] == e.string_id) {
+        for (std::size_t j = phase_stack_.size(); j-- > i;) close_phase(j, e.time_ns, true);
+        phase_stack_.resize(i);
+        open_phases_.resize(i);
+        return;
+      }
+    }
+  }
+
+  void on_step(const Event& e) {
+    StepStats& s = step_stats();
+    s.end_bytes = ledger_.live_bytes();
+    s.end_by_category = ledger_.by_category();
+    step_open_ = false;
+    current_step_ = e.value + 1;
+    occurrences_.clear();
+  }
+
+  void on_oom(const Event& e) {
+    OomRecord o;
+    o.request_bytes = e.bytes;
+    o.device_free_bytes = e.value;
+    o.step = current_step_;
+    o.phase = phase_stack_.empty() ? std::string("idle") : phase_name(phase_stack_.back());
+    o.time_ns = e.time_ns;
+    o.live_bytes = ledger_.live_bytes();
+    o.reserved_bytes = ledger_.reserved_bytes();
+    o.by_category = ledger_.by_category();
+    report_.ooms.push_back(std::move(o));
+  }
+
+  void on_sample(const Event& e) {
+    if (reader_.string(e.string_id) != kAllocatorLiveSample) return;
+    auto& c = report_.consistency;
+    ++c.samples;
+    if (e.value != ledger_.live_bytes()) {
+      if (c.mismatches == 0) {
+        c.first_difference_bytes =
+            static_cast<std::int64_t>(ledger_.live_bytes()) - static_cast<std::int64_t>(e.value);
+        c.first_mismatch_seq = e.seq;
+      }
+      ++c.mismatches;
+    }
+  }
+
+  std::string fallback_label(const LiveBlock& b) const {
+    return std::string(category_name(b.category)) + " allocated in " + phase_name(b.alloc_phase_id);
+  }
+
+  void capture_peak(const Event& e) {
+    PeakInfo& peak = report_.peak;
+    peak.bytes = ledger_.live_bytes();
+    peak.reserved_bytes = ledger_.reserved_bytes();
+    peak.step = current_step_;
+    peak.phase = phase_stack_.empty() ? std::string("idle") : phase_name(phase_stack_.back());
+    for (auto id : phase_stack_) peak.phase_stack.push_back(phase_name(id));
+    peak.time_ns = e.time_ns;
+    peak.seq = e.seq;
+    peak.by_category = ledger_.by_category();
+
+    std::vector<std::pair<std::uint64_t, const LiveBlock*>> blocks;
+    blocks.reserve(ledger_.live_blocks());
+    absl::flat_hash_map<std::pair<std::uint32_t, Category>, LabelBytes> labels;
+    ledger_.for_each_live([&](std::uint64_t addr, const LiveBlock& b) {
+      blocks.emplace_back(addr, &b);
+      if (id_inferred(b.block_id)) peak.inferred_by_category[category_index(b.category)] += b.bytes;
+      auto& l = labels[{b.label_id, b.category}];
+      l.category = b.category;
+      l.bytes += b.bytes;
+      ++l.blocks;
+      if (l.label.empty()) l.label = b.label_id ? std::string(reader_.string(b.label_id)) : fallback_label(b);
+    });
+    auto by_size = [](const auto& a, const auto& b) {
+      if (a.second->bytes != b.second->bytes) return a.second->bytes > b.second->bytes;
+      return a.second->block_id < b.second->block_id;
+    };
+    const std::size_t n = std::min(options_.top_blocks, blocks.size());
+    std::partial_sort(blocks.begin(), blocks.begin() + n, blocks.end(), by_size);
+    for (std::size_t i = 0; i < n; ++i) {
+      const LiveBlock& b = *blocks[i].second;
+      TopBlock t;
+      t.bytes = b.bytes;
+      t.category = b.category;
+      t.inferred = id_inferred(b.block_id);
+      t.label = b.label_id ? std::string(reader_.string(b.label_id)) : fallback_label(b);
+      t.phase_allocated = phase_name(b.alloc_phase_id);
+      auto it = alloc_step_.find(b.block_id);
+      t.step_allocated = it == alloc_step_.end() ? 0 : it->second;
+      t.address = blocks[i].first;
+      peak.top_blocks.push_back(std::move(t));
+    }
+    for (auto& [key, l] : labels) peak.by_label.push_back(std::move(l));
+    std::sort(peak.by_label.begin(), peak.by_label.end(), [](const LabelBytes& a, const LabelBytes& b) {
+      return a.bytes != b.bytes ? a.bytes > b.bytes : a.label < b.label;
+    });
+    if (peak.by_label.size() > options_.top_labels) peak.by_label.resize(options_.top_labels);
+  }
+
+  bool id_inferred(std::uint64_t id) const { return id < resolved_.size() && resolved_[id].inferred; }
+
+  void finish() {
+    for (std::size_t j = open_phases_.size(); j-- > 0;) close_phase(j, last_time_, false);
+    open_phases_.clear();
+    if (step_open_) {
+      StepStats& s = report_.steps.back();
+      s.end_bytes = ledger_.live_bytes();
+      s.end_by_category = ledger_.by_category();
+      s.complete = false;
+      // A trailing step with nothing in it (the loop ended right after a step) says nothing.
+      if (s.phases.empty() && s.peak_bytes == s.start_bytes) report_.steps.pop_back();
+    }
+    report_.final_live_bytes = ledger_.live_bytes();
+    report_.final_by_category = ledger_.by_category();
+    report_.anomalies = ledger_.anomalies();
+  }
+
+  static inline const Resolved kUnknown{};
+  const TraceReader& reader_;
+  const std::vector<Resolved>& resolved_;
+  const Device device_;
+  const std::uint64_t peak_seq_;
+  const bool has_peak_;
+  const AnalysisOptions& options_;
+  Report& report_;
+  Ledger ledger_;
+  std::uint64_t next_block_id_ = 0;
+  std::uint64_t current_step_ = 0;
+  bool step_open_ = false;
+  std::uint64_t last_time_ = 0;
+  std::vector<std::uint32_t> phase_stack_;
+  std::vector<std::pair<std::size_t, std::size_t>> open_phases_;  // (step index, phase index)
+  absl::flat_hash_map<std::uint32_t, std::uint32_t> occurrences_;  // per phase name, this step
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> alloc_step_;   // live block id -> step
+};
+
+void add_warnings(Report& report) {
+  if (report.trace.truncated) {
+    report.warnings.push_back({"truncated_trace",
+                               "The trace is incomplete: " + report.trace.problem +
+                                   ". The report covers the readable prefix.",
+                               0, 0});
+  }
+  for (const StepStats& s : report.steps) {
+    for (const PhaseStats& p : s.phases) {
+      if (p.phase != "optimizer_step") continue;
+      const auto i = category_index(Category::OptimizerState);
+      if (p.end_by_category[i] > p.start_by_category[i]) {
+        const std::uint64_t created = p.end_by_category[i] - p.start_by_category[i];
+        report.warnings.push_back(
+            {"lazy_optimizer_state",
+             "The optimizer step of step " + std::to_string(p.step) + " created " +
+                 detail::format_bytes(created) +
+                 " of optimizer state lazily. Memory at that step rises above every earlier "
+                 "step, so a run that survives forward and backward can still run out of memory "
+                 "there; size the device for the steady state, not for the first "
+                 "forward/backward.",
+             created, p.step});
+        return;
+      }
+    }
+  }
+  if (report.consistency.mismatches > 0) {
+    report.warnings.push_back(
+        {"ledger_mismatch",
+         std::to_string(report.consistency.mismatches) + " of " +
+             std::to_string(report.consistency.samples) +
+             " allocator readings disagreed with the replayed ledger (first difference " +
+             std::to_string(report.consistency.first_difference_bytes) + " bytes).",
+         0, 0});
+  }
+}
+
+}  // namespace
+
+Report analyze_trace(const std::string& path, const AnalysisOptions& options) {
+  TraceReader reader(path);
+  LifetimePass lifetimes;
+  lifetimes.run(reader);
+
+  Report report;
+  report.trace.path = path;
+  report.trace.file_bytes = reader.file_bytes();
+  report.trace.format_version = reader.version();
+  report.trace.events = lifetimes.events();
+  report.trace.skipped_records = reader.skipped_records();
+  report.trace.truncated = reader.truncated();
+  report.trace.truncated_at = reader.truncated_at();
+  report.trace.problem = reader.problem();
+  report.trace.duration_ns = lifetimes.last_time();
+
+  // The device to report: the one asked for, else the one with the highest peak.
+  Device device;
+  std::uint64_t best = 0;
+  bool has_peak = false;
+  std::uint64_t peak_seq = 0;
+  for (const auto& [code, peak] : lifetimes.peaks()) {
+    report.devices_seen.push_back(device_from_code(code));
+    const Device d = device_from_code(code);
+    if (options.device ? d == *options.device : (!has_peak || peak.peak > best)) {
+      device = d;
+      best = peak.peak;
+      has_peak = peak.peak > 0;
+      peak_seq = peak.peak_seq;
+    }
+  }
+  if (options.device) device = *options.device;
+  std::sort(report.devices_seen.begin(), report.devices_seen.end(), [](Device a, Device b) {
+    return device_code(a) < device_code(b);
+  });
+  report.device = device;
+
+  reader.rewind();
+  ReplayPass replay(reader, lifetimes.resolved(), device, peak_seq, has_peak, options, report);
+  replay.run(reader);
+  add_warnings(report);
+  return report;
+}
+
+}  // namespace ridgescope

@@ -1,0 +1,52 @@
+// byte_codec.h — LEB128 varints, little-endian fixed integers and CRC-32 for the trace format.
+// Internal to csrc/core. Thread-safety: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace ridgescope::detail {
+
+inline void put_varint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+// Reads a varint at *pos; returns false (without moving *pos) when it runs past the end or
+// exceeds 64 bits.
+inline bool get_varint(std::string_view in, std::size_t* pos, std::uint64_t* v) {
+  std::uint64_t result = 0;
+  std::size_t p = *pos;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (p >= in.size()) return false;
+    const auto byte = static_cast<std::uint8_t>(in[p++]);
+    if (shift == 63 && (byte & 0x7E) != 0) return false;
+    result |= static_cast<std::uint64_t>(byte & 0x7F) << shift;
+    if ((byte & 0x80) == 0) {
+      *pos = p;
+      *v = result;
+      return true;
+    }
+  }
+  return false;
+}
+
+inline void put_u32(char* out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
+}
+
+inline std::uint32_t get_u32(const char* in) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(in[i])) << (8 * i);
+  return v;
+}
+
+// CRC-32 (IEEE 802.3, the zlib polynomial), so `python -c "zlib.crc32(...)"` can check a chunk.
+std::uint32_t crc32(std::string_view data) noexcept;
+
+}  // namespace ridgescope::detail

@@ -1,0 +1,187 @@
+#include "record_codec.h"
+
+#include "byte_codec.h"
+
+namespace ridgescope::detail {
+namespace {
+
+std::uint64_t zigzag(std::int64_t v) {
+  return (static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63);
+}
+std::int64_t unzigzag(std::uint64_t v) {
+  return static_cast<std::int64_t>(v >> 1) ^ -static_cast<std::int64_t>(v & 1);
+}
+
+void put_device(std::string& out, Device d) {
+  put_varint(out, static_cast<std::uint64_t>(d.type));
+  put_varint(out, static_cast<std::uint64_t>(static_cast<std::int64_t>(d.index) + 1));
+}
+
+class FieldReader {
+ public:
+  FieldReader(std::string_view payload) : payload_(payload) {}
+  bool u64(std::uint64_t* v) { return get_varint(payload_, &pos_, v); }
+  bool u32(std::uint32_t* v) {
+    std::uint64_t x;
+    if (!u64(&x) || x > 0xFFFFFFFFu) return false;
+    *v = static_cast<std::uint32_t>(x);
+    return true;
+  }
+  bool u8(std::uint8_t* v) {
+    std::uint64_t x;
+    if (!u64(&x) || x > 0xFF) return false;
+    *v = static_cast<std::uint8_t>(x);
+    return true;
+  }
+  bool device(Device* d) {
+    std::uint8_t type;
+    std::uint64_t index;
+    if (!u8(&type) || !u64(&index) || type > 1 || index > 32768) return false;
+    d->type = static_cast<DeviceType>(type);
+    d->index = static_cast<std::int16_t>(static_cast<std::int64_t>(index) - 1);
+    return true;
+  }
+  std::string_view rest() const { return payload_.substr(pos_); }
+
+ private:
+  std::string_view payload_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace
+
+void encode_record(const Event& e, CodecClock& clock, std::string& out) {
+  thread_local std::string payload;
+  payload.clear();
+  const bool timed = e.kind != EventKind::String && e.kind != EventKind::Metadata;
+  if (timed) {
+    put_varint(payload, zigzag(static_cast<std::int64_t>(e.time_ns - clock.last_time_ns)));
+    clock.last_time_ns = e.time_ns;
+  }
+  switch (e.kind) {
+    case EventKind::Alloc:
+      put_device(payload, e.device);
+      put_varint(payload, e.addr);
+      put_varint(payload, e.bytes);
+      put_varint(payload, e.requested_bytes);
+      put_varint(payload, e.stream);
+      put_varint(payload, e.thread);
+      break;
+    case EventKind::Free:
+      put_device(payload, e.device);
+      put_varint(payload, e.addr);
+      put_varint(payload, e.bytes);
+      put_varint(payload, e.stream);
+      put_varint(payload, e.thread);
+      break;
+    case EventKind::SegmentAlloc:
+    case EventKind::SegmentFree:
+      put_device(payload, e.device);
+      put_varint(payload, e.addr);
+      put_varint(payload, e.bytes);
+      put_varint(payload, e.stream);
+      break;
+    case EventKind::Tag:
+      put_device(payload, e.device);
+      put_varint(payload, e.addr);
+      put_varint(payload, static_cast<std::uint64_t>(e.category));
+      put_varint(payload, e.flags);
+      put_varint(payload, e.string_id);
+      break;
+    case EventKind::PhaseBegin:
+    case EventKind::PhaseEnd:
+      put_varint(payload, e.string_id);
+      put_varint(payload, e.thread);
+      break;
+    case EventKind::Step:
+      put_varint(payload, e.value);
+      break;
+    case EventKind::Oom:
+      put_device(payload, e.device);
+      put_varint(payload, e.bytes);
+      put_varint(payload, e.value);
+      put_varint(payload, e.stream);
+      break;
+    case EventKind::Sample:
+      put_device(payload, e.device);
+      put_varint(payload, e.string_id);
+      put_varint(payload, e.value);
+      break;
+    case EventKind::String:
+    case EventKind::Metadata:
+      put_varint(payload, e.string_id);
+      payload.append(e.text.data(), e.text.size());
+      break;
+  }
+  out.push_back(static_cast<char>(e.kind));
+  put_varint(out, payload.size());
+  out.append(payload);
+}
+
+DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock& clock,
+                           Event* out) {
+  if (*pos >= chunk.size()) return DecodeStatus::Malformed;
+  const auto kind_byte = static_cast<std::uint8_t>(chunk[*pos]);
+  std::size_t p = *pos + 1;
+  std::uint64_t length;
+  if (!get_varint(chunk, &p, &length) || length > chunk.size() - p) return DecodeStatus::Malformed;
+  const std::string_view payload = chunk.substr(p, length);
+  *pos = p + length;
+  if (kind_byte < 1 || kind_byte > static_cast<std::uint8_t>(EventKind::Metadata)) {
+    return DecodeStatus::UnknownKind;
+  }
+  Event e;
+  e.kind = static_cast<EventKind>(kind_byte);
+  FieldReader r(payload);
+  if (e.kind != EventKind::String && e.kind != EventKind::Metadata) {
+    std::uint64_t dt;
+    if (!r.u64(&dt)) return DecodeStatus::Malformed;
+    e.time_ns = clock.last_time_ns + static_cast<std::uint64_t>(unzigzag(dt));
+    clock.last_time_ns = e.time_ns;
+  }
+  bool ok = true;
+  switch (e.kind) {
+    case EventKind::Alloc:
+      ok = r.device(&e.device) && r.u64(&e.addr) && r.u64(&e.bytes) && r.u64(&e.requested_bytes) &&
+           r.u64(&e.stream) && r.u32(&e.thread);
+      break;
+    case EventKind::Free:
+      ok = r.device(&e.device) && r.u64(&e.addr) && r.u64(&e.bytes) && r.u64(&e.stream) &&
+           r.u32(&e.thread);
+      break;
+    case EventKind::SegmentAlloc:
+    case EventKind::SegmentFree:
+      ok = r.device(&e.device) && r.u64(&e.addr) && r.u64(&e.bytes) && r.u64(&e.stream);
+      break;
+    case EventKind::Tag: {
+      std::uint8_t category = 0;
+      ok = r.device(&e.device) && r.u64(&e.addr) && r.u8(&category) && r.u8(&e.flags) &&
+           r.u32(&e.string_id);
+      e.category = category_from_byte(category);
+      break;
+    }
+    case EventKind::PhaseBegin:
+    case EventKind::PhaseEnd:
+      ok = r.u32(&e.string_id) && r.u32(&e.thread);
+      break;
+    case EventKind::Step:
+      ok = r.u64(&e.value);
+      break;
+    case EventKind::Oom:
+      ok = r.device(&e.device) && r.u64(&e.bytes) && r.u64(&e.value) && r.u64(&e.stream);
+      break;
+    case EventKind::Sample:
+      ok = r.device(&e.device) && r.u32(&e.string_id) && r.u64(&e.value);
+      break;
+    case EventKind::String:
+    case EventKind::Metadata:
+      ok = r.u32(&e.string_id);
+      e.text = r.rest();
+      break;
+  }
+  if (!ok) return DecodeStatus::Malformed;
+  *out = e;
+  return DecodeStatus::Ok;
+}
+
+}  // namespace ridgescope::detail

@@ -1,0 +1,233 @@
+#include "ridgescope/recorder.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "byte_codec.h"
+#include "record_codec.h"
+#include "ridgescope/clock.h"
+#include "ridgescope/trace_format.h"
+
+namespace ridgescope {
+namespace {
+
+// A small, stable number per thread for the event's `thread` field (1, 2, ...).
+std::uint32_t this_thread_number() noexcept {
+  static std::atomic<std::uint32_t> next{1};
+  thread_local const std::uint32_t number = next.fetch_add(1, std::memory_order_relaxed);
+  return number;
+}
+
+}  // namespace
+
+Recorder::Recorder(const std::string& path, RecorderOptions options)
+    : path_(path), options_(options), origin_ns_(monotonic_now_ns()) {
+  file_ = std::fopen(path.c_str(), "wb");
+  if (file_ == nullptr) {
+    throw std::runtime_error("ridgescope: cannot write the trace file '" + path +
+                             "': " + std::strerror(errno));
+  }
+  char header[trace_format::kFileHeaderBytes] = {};
+  std::memcpy(header, trace_format::kFileMagic, 8);
+  detail::put_u32(header + 8, trace_format::kVersion);
+  detail::put_u32(header + 12, 0);
+  if (std::fwrite(header, 1, sizeof header, file_) != sizeof header || std::fflush(file_) != 0) {
+    const std::string reason = std::strerror(errno);
+    std::fclose(file_);
+    file_ = nullptr;
+    throw std::runtime_error("ridgescope: cannot write the trace file '" + path + "': " + reason);
+  }
+  stats_.bytes_written = sizeof header;
+  current_.reserve(options_.chunk_bytes + 1024);
+  writer_ = std::thread([this] { writer_loop(); });
+}
+
+Recorder::~Recorder() { close(); }
+
+void Recorder::record(Event event) noexcept {
+  std::unique_lock<std::mutex> lock(mutex_);
+  // The clock is read under the lock so that times never go backwards in the stream.
+  event.time_ns = monotonic_now_ns() - origin_ns_;
+  event.thread = this_thread_number();
+  append_locked(event);
+  // Bounded memory: wait for the writer rather than grow without limit.
+  while (queue_.size() > options_.max_queued_chunks && !failed_ && !closed_) {
+    written_.wait(lock);
+  }
+}
+
+void Recorder::record_timed(Event event) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  append_locked(event);
+}
+
+std::uint32_t Recorder::intern(std::string_view text) noexcept {
+  if (text.empty()) return 0;
+  std::lock_guard<std::mutex> lock(mutex_);
+  try {
+    auto it = strings_.find(std::string(text));
+    if (it != strings_.end()) return it->second;
+    const auto id = static_cast<std::uint32_t>(strings_.size() + 1);
+    strings_.emplace(std::string(text), id);
+    Event e;
+    e.kind = EventKind::String;
+    e.string_id = id;
+    e.text = text;
+    append_locked(e);
+    return id;
+  } catch (...) {
+    fail_locked("out of memory while interning a string");
+    return 0;
+  }
+}
+
+void Recorder::metadata(std::string_view key, std::string_view json) noexcept {
+  const std::uint32_t key_id = intern(key);
+  std::lock_guard<std::mutex> lock(mutex_);
+  Event e;
+  e.kind = EventKind::Metadata;
+  e.string_id = key_id;
+  e.text = json;
+  append_locked(e);
+}
+
+void Recorder::append_locked(const Event& event) {
+  if (failed_ || closed_) {
+    ++stats_.dropped_events;
+    return;
+  }
+  try {
+    if (current_.empty()) current_started_ns_ = monotonic_now_ns();
+    detail::CodecClock clock{codec_time_ns_};
+    detail::encode_record(event, clock, current_);
+    codec_time_ns_ = clock.last_time_ns;
+    ++current_records_;
+    ++stats_.events;
+    if (current_.size() >= options_.chunk_bytes) hand_off_locked();
+    const std::uint64_t held = queued_bytes_ + current_.capacity();
+    if (held > stats_.buffer_bytes_peak) stats_.buffer_bytes_peak = held;
+  } catch (...) {
+    fail_locked("out of memory while recording an event");
+  }
+}
+
+void Recorder::hand_off_locked() {
+  if (current_records_ == 0) return;
+  queued_bytes_ += current_.size();
+  queue_.emplace_back(std::move(current_), current_records_);
+  current_ = std::string();
+  current_.reserve(options_.chunk_bytes + 1024);
+  current_records_ = 0;
+  wake_writer_.notify_one();
+}
+
+void Recorder::writer_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    wake_writer_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms));
+    if (current_records_ > 0 &&
+        (closing_ || monotonic_now_ns() - current_started_ns_ >=
+                         std::uint64_t{options_.flush_interval_ms} * 1000000u)) {
+      hand_off_locked();
+    }
+    while (!queue_.empty()) {
+      auto chunk = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+      const bool inject = inject_failure_;
+      inject_failure_ = false;
+      lock.unlock();
+      const bool ok = !inject && write_chunk(chunk.first, chunk.second);
+      const std::string reason = inject ? "injected write failure" : std::strerror(errno);
+      lock.lock();
+      writing_ = false;
+      queued_bytes_ -= chunk.first.size();
+      if (ok) {
+        stats_.bytes_written += trace_format::kChunkHeaderBytes + chunk.first.size();
+        ++stats_.chunks_written;
+      } else if (!failed_) {
+        fail_locked("cannot write the trace file '" + path_ + "': " + reason);
+      }
+    }
+    written_.notify_all();
+    if (closing_ && current_records_ == 0) return;
+  }
+}
+
+bool Recorder::write_chunk(const std::string& payload, std::uint32_t records) {
+  if (file_ == nullptr) return false;
+  char header[trace_format::kChunkHeaderBytes];
+  detail::put_u32(header, trace_format::kChunkMagic);
+  detail::put_u32(header + 4, static_cast<std::uint32_t>(payload.size()));
+  detail::put_u32(header + 8, records);
+  detail::put_u32(header + 12, detail::crc32(payload));
+  errno = 0;
+  return std::fwrite(header, 1, sizeof header, file_) == sizeof header &&
+         std::fwrite(payload.data(), 1, payload.size(), file_) == payload.size() &&
+         std::fflush(file_) == 0;
+}
+
+void Recorder::flush() noexcept {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (closed_) return;
+  hand_off_locked();
+  written_.wait(lock, [this] { return (queue_.empty() && !writing_) || failed_; });
+}
+
+void Recorder::close() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_ || closing_) return;
+    closing_ = true;
+    hand_off_locked();
+    wake_writer_.notify_one();
+  }
+  if (writer_.joinable()) writer_.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  closed_ = true;
+  if (file_ != nullptr) {
+    if (std::fclose(file_) != 0 && !failed_) fail_locked("cannot close '" + path_ + "'");
+    file_ = nullptr;
+  }
+  written_.notify_all();
+}
+
+void Recorder::fail_locked(std::string message) {
+  failed_ = true;
+  try {
+    error_ = std::move(message);
+  } catch (...) {
+  }
+  // Drop what is queued: it can no longer reach the file in order.
+  for (auto& chunk : queue_) stats_.dropped_events += chunk.second;
+  queue_.clear();
+  queued_bytes_ = 0;
+  stats_.dropped_events += current_records_;
+  current_.clear();
+  current_records_ = 0;
+  written_.notify_all();
+}
+
+bool Recorder::failed() const noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failed_;
+}
+
+std::string Recorder::error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+RecorderStats Recorder::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void Recorder::inject_write_failure() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  inject_failure_ = true;
+}
+
+}  // namespace ridgescope

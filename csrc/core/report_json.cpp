@@ -1,0 +1,151 @@
+// report_json.cpp — Report -> JSON (schema: docs/report_schema.md).
+#include "json_writer.h"
+#include "ridgescope/report.h"
+
+namespace ridgescope {
+namespace {
+
+using detail::JsonWriter;
+
+void write_categories(JsonWriter& w, std::string_view key, const CategoryBytes& bytes) {
+  w.key(key).begin_object();
+  for (std::size_t i = 0; i < kCategoryCount; ++i) {
+    w.field(category_name(static_cast<Category>(i)), bytes[i]);
+  }
+  w.end_object();
+}
+
+void write_phase(JsonWriter& w, const PhaseStats& p) {
+  w.begin_object();
+  w.field("phase", p.phase).field("parent", p.parent).field("depth", p.depth);
+  w.field("step", p.step).field("index", p.index).field("complete", p.complete);
+  w.field("begin_time_ns", p.begin_time_ns).field("end_time_ns", p.end_time_ns);
+  w.field("start_bytes", p.start_bytes).field("end_bytes", p.end_bytes);
+  w.field("peak_bytes", p.peak_bytes).field("peak_time_ns", p.peak_time_ns);
+  w.field("allocated_bytes", p.allocated_bytes).field("freed_bytes", p.freed_bytes);
+  w.field("allocations", p.allocations);
+  write_categories(w, "start_by_category", p.start_by_category);
+  write_categories(w, "peak_by_category", p.peak_by_category);
+  write_categories(w, "end_by_category", p.end_by_category);
+  w.end_object();
+}
+
+}  // namespace
+
+std::string device_name(Device device) {
+  if (device.type == DeviceType::CPU) return "cpu";
+  return "cuda:" + std::to_string(device.index);
+}
+
+std::string report_to_json(const Report& r) {
+  JsonWriter w;
+  w.begin_object();
+  w.field("schema_version", r.schema_version);
+  w.key("categories").begin_array();
+  for (std::size_t i = 0; i < kCategoryCount; ++i) w.value(category_name(static_cast<Category>(i)));
+  w.end_array();
+
+  w.key("trace").begin_object();
+  w.field("path", r.trace.path).field("file_bytes", r.trace.file_bytes);
+  w.field("format_version", r.trace.format_version).field("events", r.trace.events);
+  w.field("skipped_records", r.trace.skipped_records).field("truncated", r.trace.truncated);
+  w.field("truncated_at", r.trace.truncated_at).field("problem", r.trace.problem);
+  w.field("duration_ns", r.trace.duration_ns);
+  w.end_object();
+
+  w.field("device", device_name(r.device));
+  w.key("devices_seen").begin_array();
+  for (Device d : r.devices_seen) w.value(device_name(d));
+  w.end_array();
+
+  const PeakInfo& p = r.peak;
+  w.key("peak").begin_object();
+  w.field("bytes", p.bytes).field("reserved_bytes", p.reserved_bytes).field("step", p.step);
+  w.field("phase", p.phase);
+  w.key("phase_stack").begin_array();
+  for (const auto& s : p.phase_stack) w.value(s);
+  w.end_array();
+  w.field("time_ns", p.time_ns).field("seq", p.seq);
+  write_categories(w, "by_category", p.by_category);
+  write_categories(w, "inferred_by_category", p.inferred_by_category);
+  w.key("top_blocks").begin_array();
+  for (const TopBlock& b : p.top_blocks) {
+    w.begin_object();
+    w.field("bytes", b.bytes).field("category", category_name(b.category));
+    w.field("inferred", b.inferred).field("label", b.label);
+    w.field("phase_allocated", b.phase_allocated).field("step_allocated", b.step_allocated);
+    w.field("address", b.address);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("by_label").begin_array();
+  for (const LabelBytes& l : p.by_label) {
+    w.begin_object();
+    w.field("label", l.label).field("category", category_name(l.category));
+    w.field("bytes", l.bytes).field("blocks", l.blocks);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+
+  w.key("steps").begin_array();
+  for (const StepStats& s : r.steps) {
+    w.begin_object();
+    w.field("step", s.step).field("complete", s.complete);
+    w.field("start_bytes", s.start_bytes).field("end_bytes", s.end_bytes);
+    w.field("peak_bytes", s.peak_bytes);
+    write_categories(w, "peak_by_category", s.peak_by_category);
+    write_categories(w, "end_by_category", s.end_by_category);
+    w.key("phases").begin_array();
+    for (const PhaseStats& ph : s.phases) write_phase(w, ph);
+    w.end_array();
+    w.end_object();
+  }
+  w.end_array();
+
+  w.key("ooms").begin_array();
+  for (const OomRecord& o : r.ooms) {
+    w.begin_object();
+    w.field("request_bytes", o.request_bytes).field("device_free_bytes", o.device_free_bytes);
+    w.field("step", o.step).field("phase", o.phase).field("time_ns", o.time_ns);
+    w.field("live_bytes", o.live_bytes).field("reserved_bytes", o.reserved_bytes);
+    write_categories(w, "by_category", o.by_category);
+    w.end_object();
+  }
+  w.end_array();
+
+  w.key("warnings").begin_array();
+  for (const ReportWarning& x : r.warnings) {
+    w.begin_object();
+    w.field("kind", x.kind).field("message", x.message).field("bytes", x.bytes).field("step", x.step);
+    w.end_object();
+  }
+  w.end_array();
+
+  w.key("consistency").begin_object();
+  w.field("samples", r.consistency.samples).field("mismatches", r.consistency.mismatches);
+  w.field("first_difference_bytes", r.consistency.first_difference_bytes);
+  w.field("first_mismatch_seq", r.consistency.first_mismatch_seq);
+  w.end_object();
+
+  w.key("anomalies").begin_object();
+  w.field("unknown_frees", r.anomalies.unknown_frees);
+  w.field("replaced_allocs", r.anomalies.replaced_allocs);
+  w.field("unknown_tags", r.anomalies.unknown_tags);
+  w.field("unknown_segment_frees", r.anomalies.unknown_segment_frees);
+  w.end_object();
+
+  w.key("totals").begin_object();
+  w.field("allocations", r.allocations).field("frees", r.frees).field("tags", r.tags);
+  w.field("final_live_bytes", r.final_live_bytes);
+  write_categories(w, "final_by_category", r.final_by_category);
+  w.end_object();
+
+  w.key("metadata").begin_object();
+  for (const auto& [k, v] : r.metadata) w.field(k, v);
+  w.end_object();
+  w.end_object();
+  return w.take();
+}
+
+}  // namespace ridgescope

@@ -1,0 +1,172 @@
+#include "ridgescope/trace_reader.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "byte_codec.h"
+#include "record_codec.h"
+#include "ridgescope/trace_format.h"
+
+namespace ridgescope {
+
+TraceReader::TraceReader(const std::string& path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "rb");
+  if (file_ == nullptr) {
+    throw TraceError("cannot open trace '" + path + "': " + std::strerror(errno), 0);
+  }
+  std::fseek(file_, 0, SEEK_END);
+  const long size = std::ftell(file_);
+  file_bytes_ = size > 0 ? static_cast<std::uint64_t>(size) : 0;
+  std::fseek(file_, 0, SEEK_SET);
+  char header[trace_format::kFileHeaderBytes];
+  const std::size_t got = std::fread(header, 1, sizeof header, file_);
+  if (got < 8 || std::memcmp(header, trace_format::kFileMagic, 8) != 0) {
+    std::fclose(file_);
+    file_ = nullptr;
+    throw TraceError("'" + path + "' is not a ridgescope trace (bad magic at byte offset 0)", 0);
+  }
+  if (got < sizeof header) {
+    std::fclose(file_);
+    file_ = nullptr;
+    throw TraceError("'" + path + "' is truncated inside its file header (byte offset " +
+                         std::to_string(got) + ")",
+                     got);
+  }
+  version_ = detail::get_u32(header + 8);
+  if (version_ == 0 || version_ > trace_format::kVersion) {
+    std::fclose(file_);
+    file_ = nullptr;
+    throw TraceError("'" + path + "' has trace format version " + std::to_string(version_) +
+                         "; this ridgescope reads versions 1 to " +
+                         std::to_string(trace_format::kVersion) + " (byte offset 8)",
+                     8);
+  }
+  offset_ = trace_format::kFileHeaderBytes;
+  strings_.emplace_back();  // id 0: the empty string
+}
+
+TraceReader::~TraceReader() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void TraceReader::stop(std::uint64_t offset, std::string problem) {
+  done_ = true;
+  truncated_ = true;
+  truncated_at_ = offset;
+  problem_ = std::move(problem);
+}
+
+bool TraceReader::load_chunk() {
+  if (offset_ == file_bytes_) {
+    done_ = true;
+    return false;
+  }
+  char header[trace_format::kChunkHeaderBytes];
+  std::fseek(file_, static_cast<long>(offset_), SEEK_SET);
+  if (std::fread(header, 1, sizeof header, file_) != sizeof header) {
+    stop(offset_, "trace ends inside a chunk header at byte offset " + std::to_string(offset_) +
+                      " (the recording process probably stopped while writing)");
+    return false;
+  }
+  if (detail::get_u32(header) != trace_format::kChunkMagic) {
+    stop(offset_, "corrupt trace: no chunk marker at byte offset " + std::to_string(offset_));
+    return false;
+  }
+  const std::uint32_t length = detail::get_u32(header + 4);
+  const std::uint32_t records = detail::get_u32(header + 8);
+  const std::uint32_t crc = detail::get_u32(header + 12);
+  if (length > trace_format::kMaxChunkBytes) {
+    stop(offset_, "corrupt trace: chunk at byte offset " + std::to_string(offset_) + " claims " +
+                      std::to_string(length) + " bytes (limit " +
+                      std::to_string(trace_format::kMaxChunkBytes) + ")");
+    return false;
+  }
+  const std::uint64_t payload_offset = offset_ + sizeof header;
+  if (payload_offset + length > file_bytes_) {
+    stop(offset_, "trace ends inside the chunk at byte offset " + std::to_string(offset_) +
+                      " (" + std::to_string(file_bytes_ - payload_offset) + " of " +
+                      std::to_string(length) +
+                      " bytes present; the recording process probably stopped while writing)");
+    return false;
+  }
+  chunk_.resize(length);
+  if (length > 0 && std::fread(&chunk_[0], 1, length, file_) != length) {
+    stop(offset_, "read error in the chunk at byte offset " + std::to_string(offset_));
+    return false;
+  }
+  if (detail::crc32(chunk_) != crc) {
+    stop(offset_, "corrupt trace: checksum mismatch in the chunk at byte offset " +
+                      std::to_string(offset_));
+    return false;
+  }
+  chunk_offset_ = payload_offset;
+  offset_ = payload_offset + length;
+  pos_ = 0;
+  chunk_records_left_ = records;
+  return true;
+}
+
+bool TraceReader::next(Event& out) {
+  while (!done_) {
+    if (pos_ >= chunk_.size() || chunk_records_left_ == 0) {
+      if (pos_ != chunk_.size() && chunk_records_left_ == 0) {
+        stop(chunk_offset_ + pos_, "corrupt trace: chunk holds more records than its header says "
+                                   "(byte offset " + std::to_string(chunk_offset_ + pos_) + ")");
+        return false;
+      }
+      if (!load_chunk()) return false;
+      continue;
+    }
+    const std::size_t record_start = pos_;
+    detail::CodecClock clock{last_time_ns_};
+    Event e;
+    const auto status = detail::decode_record(chunk_, &pos_, clock, &e);
+    --chunk_records_left_;
+    if (status == detail::DecodeStatus::Malformed) {
+      stop(chunk_offset_ + record_start,
+           "corrupt trace: malformed record at byte offset " +
+               std::to_string(chunk_offset_ + record_start));
+      return false;
+    }
+    if (status == detail::DecodeStatus::UnknownKind) {
+      ++skipped_records_;
+      continue;
+    }
+    last_time_ns_ = clock.last_time_ns;
+    if (e.kind == EventKind::String) {
+      if (e.string_id >= strings_.size()) {
+        // Ids are dense in a well-formed trace; cap growth so a hostile id cannot exhaust memory.
+        if (e.string_id > strings_.size() + 1'000'000) {
+          stop(chunk_offset_ + record_start, "corrupt trace: string id out of range at byte offset " +
+                                                 std::to_string(chunk_offset_ + record_start));
+          return false;
+        }
+        strings_.resize(e.string_id + 1);
+      }
+      strings_[e.string_id].assign(e.text.data(), e.text.size());
+    }
+    e.seq = seq_++;
+    out = e;
+    return true;
+  }
+  return false;
+}
+
+void TraceReader::rewind() {
+  offset_ = trace_format::kFileHeaderBytes;
+  chunk_.clear();
+  pos_ = 0;
+  chunk_records_left_ = 0;
+  seq_ = 0;
+  last_time_ns_ = 0;
+  done_ = false;
+  truncated_ = false;
+  truncated_at_ = 0;
+  problem_.clear();
+}
+
+std::string_view TraceReader::string(std::uint32_t id) const noexcept {
+  return id < strings_.size() ? std::string_view(strings_[id]) : std::string_view();
+}
+
+}  // namespace ridgescope

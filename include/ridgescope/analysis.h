@@ -1,0 +1,33 @@
+// ridgescope/analysis.h — turns a trace file into a Report.
+//
+// Two streaming passes over the file. Pass 1 follows every block's lifetime to decide its
+// category with hindsight (a direct tag wins; otherwise the lifetime rules of
+// docs/categories.md: temporary, inferred activation, gradient, optimizer state) and finds the
+// peak. Pass 2 replays the chosen device into a Ledger with those categories and gathers the
+// peak's composition and blocks, per-step and per-phase statistics, OOMs and consistency
+// checks. Memory: the live blocks, one small record per allocation, and the phase table.
+//
+// Thread-safety: analyze_trace() is reentrant; it shares no state between calls.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "ridgescope/event.h"
+#include "ridgescope/report.h"
+
+namespace ridgescope {
+
+struct AnalysisOptions {
+  std::size_t top_blocks = 20;     // blocks listed at the peak
+  std::size_t top_labels = 30;     // labels listed at the peak
+  std::optional<Device> device;    // default: the device with the highest peak
+};
+
+// Throws TraceError when the file cannot be read as a trace at all. A truncated or corrupt tail
+// is not an error: the report covers the readable prefix and says so in trace.truncated,
+// trace.problem and a warning.
+Report analyze_trace(const std::string& path, const AnalysisOptions& options = {});
+
+}  // namespace ridgescope

@@ -1,0 +1,67 @@
+// ridgescope/event.h — the one event stream of a session (design.md §2).
+//
+// A source translates a memory mechanism (CPU allocator, CUDA caching allocator, snapshot
+// replay) into Events; aggregators consume them in sequence order. Event is a plain value: a
+// reader fills one per record, a writer encodes one per record.
+//
+// Thread-safety: plain data; no shared state.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "ridgescope/category.h"
+
+namespace ridgescope {
+
+enum class EventKind : std::uint8_t {
+  Alloc = 1,         // a block became live
+  Free = 2,          // a block stopped being live
+  SegmentAlloc = 3,  // reserved memory grew (CUDA caching allocator segment)
+  SegmentFree = 4,   // reserved memory shrank
+  Tag = 5,           // a live block's category and label are now known
+  PhaseBegin = 6,    // a phase started (name in string_id)
+  PhaseEnd = 7,      // a phase ended (name in string_id)
+  Step = 8,          // training step number `value` completed
+  Oom = 9,           // a request that failed
+  Sample = 10,       // a periodic or boundary reading (name in string_id, reading in value)
+  String = 11,       // defines string `string_id` (text carried alongside)
+  Metadata = 12,     // a key (string_id) and a JSON text describing the run
+};
+
+std::string_view event_kind_name(EventKind kind) noexcept;
+
+enum class DeviceType : std::uint8_t { CPU = 0, CUDA = 1 };
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  std::int16_t index = -1;  // -1 for the CPU; the CUDA ordinal otherwise
+
+  friend bool operator==(Device a, Device b) noexcept {
+    return a.type == b.type && a.index == b.index;
+  }
+  friend bool operator!=(Device a, Device b) noexcept { return !(a == b); }
+};
+
+// Tag flags.
+inline constexpr std::uint8_t kTagWeak = 1;  // applies only if the block has no strong tag
+
+// One event. Which fields are meaningful depends on kind; the rest are zero.
+struct Event {
+  EventKind kind = EventKind::Alloc;
+  std::uint64_t seq = 0;              // position in the stream, 0-based (assigned on read)
+  std::uint64_t time_ns = 0;          // nanoseconds since the session started
+  Device device;                      // alloc, free, segment_*, tag, oom, sample
+  std::uint64_t addr = 0;             // block or segment address (bytes, as an integer)
+  std::uint64_t bytes = 0;            // block bytes as the allocator rounds them; oom: request
+  std::uint64_t requested_bytes = 0;  // alloc: bytes the caller asked for
+  std::uint64_t stream = 0;           // CUDA stream handle as an integer; 0 on CPU
+  std::uint32_t thread = 0;           // small per-process thread number of the caller
+  Category category = Category::Unknown;  // tag
+  std::uint8_t flags = 0;             // tag: kTagWeak
+  std::uint32_t string_id = 0;        // tag: label; phase_*: name; sample/metadata: key; string: id
+  std::uint64_t value = 0;            // step: step number; oom: device free bytes; sample: reading
+  std::string_view text;              // string, metadata: the text (valid until the next read)
+};
+
+}  // namespace ridgescope

@@ -1,0 +1,114 @@
+// ridgescope/recorder.h — the session's event sink: stamps, encodes and streams events to a
+// .rstrace file (format: ridgescope/trace_format.h, docs/trace_format.md).
+//
+// Hot path: record() is called from allocator callbacks on any thread. It takes one leaf mutex
+// (no other lock is ever taken while holding it), never throws, never calls torch or Python and
+// allocates only through the C++ heap into a bounded buffer. A background thread writes full
+// chunks and flushes a partial one every flush interval, so a process killed mid-run leaves a
+// readable prefix. When the writer falls behind by more than the queue bound, record() waits for
+// it: memory stays bounded (about kMaxQueuedChunks x the chunk size).
+//
+// An I/O error never propagates: the recorder marks itself failed, counts what it drops, and
+// failed()/error() say why. Thread-safety: every member function is safe from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+
+#include "ridgescope/event.h"
+
+namespace ridgescope {
+
+struct RecorderStats {
+  std::uint64_t events = 0;           // records accepted (all kinds)
+  std::uint64_t dropped_events = 0;   // records refused after a failure or close()
+  std::uint64_t bytes_written = 0;    // bytes on disk, headers included
+  std::uint64_t chunks_written = 0;   // complete chunks on disk
+  std::uint64_t buffer_bytes_peak = 0;  // most bytes ever held in memory by the recorder
+};
+
+struct RecorderOptions {
+  std::uint32_t chunk_bytes = 256 * 1024;  // bytes of payload per chunk before it is handed off
+  std::uint32_t flush_interval_ms = 100;   // a partial chunk older than this is written
+  std::uint32_t max_queued_chunks = 64;    // memory bound: record() waits beyond this
+};
+
+class Recorder {
+ public:
+  // Creates (truncates) `path` and writes the file header. Throws std::runtime_error naming the
+  // path and the system's reason when the file cannot be written.
+  explicit Recorder(const std::string& path, RecorderOptions options = {});
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // Appends one event, stamping time_ns (nanoseconds since this recorder was created) and
+  // thread. String and Metadata events are written by intern() and metadata() instead.
+  void record(Event event) noexcept;
+
+  // Appends an event keeping its time_ns (a replay source that carries its own clock).
+  void record_timed(Event event) noexcept;
+
+  // Returns the id of `text`, writing a String record the first time it is seen. Id 0 is the
+  // empty string and is never written.
+  std::uint32_t intern(std::string_view text) noexcept;
+
+  // Writes a Metadata record: a key and a JSON text describing the run.
+  void metadata(std::string_view key, std::string_view json) noexcept;
+
+  // Writes everything recorded so far to disk and returns when it is there.
+  void flush() noexcept;
+
+  // Flushes, stops the writer thread and closes the file. Later records are dropped.
+  void close() noexcept;
+
+  bool failed() const noexcept;
+  std::string error() const;
+  RecorderStats stats() const;
+  const std::string& path() const noexcept { return path_; }
+  // steady-clock nanoseconds (ridgescope::monotonic_now_ns) at which the session started.
+  std::uint64_t origin_ns() const noexcept { return origin_ns_; }
+
+  // Testing aid: the next chunk write fails as a full disk would.
+  void inject_write_failure() noexcept;
+
+ private:
+  void append_locked(const Event& event);
+  void hand_off_locked();
+  void writer_loop();
+  bool write_chunk(const std::string& payload, std::uint32_t records);
+  void fail_locked(std::string message);
+
+  const std::string path_;
+  const RecorderOptions options_;
+  const std::uint64_t origin_ns_;
+  std::FILE* file_ = nullptr;
+
+  mutable std::mutex mutex_;  // leaf lock: guards everything below
+  std::condition_variable wake_writer_;
+  std::condition_variable written_;
+  std::string current_;
+  std::uint32_t current_records_ = 0;
+  std::uint64_t current_started_ns_ = 0;
+  std::deque<std::pair<std::string, std::uint32_t>> queue_;
+  std::uint64_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool closing_ = false;
+  bool closed_ = false;
+  bool failed_ = false;
+  bool inject_failure_ = false;
+  std::string error_;
+  RecorderStats stats_;
+  std::uint64_t codec_time_ns_ = 0;  // time of the last encoded record (delta base)
+  std::unordered_map<std::string, std::uint32_t> strings_;
+  std::thread writer_;
+};
+
+}  // namespace ridgescope

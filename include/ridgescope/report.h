@@ -1,0 +1,141 @@
+// ridgescope/report.h — what a run's memory did: the peak and its composition, per-step and
+// per-phase statistics, the largest blocks at the peak, OOMs and warnings. Produced by
+// analyze_trace() (ridgescope/analysis.h) from a trace file; serialised by report_to_json()
+// with the schema documented in docs/report_schema.md.
+//
+// All byte figures are integer bytes; all times are nanoseconds since the session started.
+// Thread-safety: plain data.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ridgescope/category.h"
+#include "ridgescope/event.h"
+#include "ridgescope/ledger.h"
+
+namespace ridgescope {
+
+inline constexpr int kReportSchemaVersion = 1;
+
+using CategoryBytes = std::array<std::uint64_t, kCategoryCount>;  // bytes, by category index
+
+struct TopBlock {
+  std::uint64_t bytes = 0;
+  Category category = Category::Unknown;
+  bool inferred = false;         // category came from a lifetime rule, not a direct signal
+  std::string label;             // e.g. "layers.3.mlp.fc1.weight"
+  std::string phase_allocated;   // innermost phase at allocation ("idle" outside any)
+  std::uint64_t step_allocated = 0;
+  std::uint64_t address = 0;
+};
+
+struct LabelBytes {
+  std::string label;
+  Category category = Category::Unknown;
+  std::uint64_t bytes = 0;   // bytes live at the peak under this label
+  std::uint64_t blocks = 0;  // number of such blocks
+};
+
+struct PeakInfo {
+  std::uint64_t bytes = 0;           // live (allocated) bytes at the peak
+  std::uint64_t reserved_bytes = 0;  // reserved bytes at that instant
+  std::uint64_t step = 0;
+  std::string phase = "idle";        // innermost phase at the peak
+  std::vector<std::string> phase_stack;  // outermost first
+  std::uint64_t time_ns = 0;
+  std::uint64_t seq = 0;             // event sequence number at which the peak was reached
+  CategoryBytes by_category{};
+  CategoryBytes inferred_by_category{};  // part of by_category assigned by lifetime rules
+  std::vector<TopBlock> top_blocks;  // largest first
+  std::vector<LabelBytes> by_label;  // largest first
+};
+
+struct PhaseStats {
+  std::string phase;
+  std::string parent;                // enclosing phase ("" at top level)
+  std::uint32_t depth = 0;           // 0 for a top-level phase
+  std::uint64_t step = 0;
+  std::uint32_t index = 0;           // occurrence of this phase name within its step (0, 1, ...)
+  bool complete = true;              // false when the trace ended inside the phase
+  std::uint64_t begin_time_ns = 0, end_time_ns = 0;
+  std::uint64_t start_bytes = 0, end_bytes = 0, peak_bytes = 0;
+  std::uint64_t peak_time_ns = 0;
+  std::uint64_t allocated_bytes = 0;  // sum of blocks allocated during the phase
+  std::uint64_t freed_bytes = 0;      // sum of blocks freed during the phase
+  std::uint64_t allocations = 0;
+  CategoryBytes start_by_category{}, peak_by_category{}, end_by_category{};
+};
+
+struct StepStats {
+  std::uint64_t step = 0;
+  bool complete = true;  // false for a trailing step the trace never closed
+  std::uint64_t start_bytes = 0, end_bytes = 0, peak_bytes = 0;
+  CategoryBytes peak_by_category{}, end_by_category{};
+  std::vector<PhaseStats> phases;  // in order of their beginning
+};
+
+struct OomRecord {
+  std::uint64_t request_bytes = 0;
+  std::uint64_t device_free_bytes = 0;
+  std::uint64_t step = 0;
+  std::string phase = "idle";
+  std::uint64_t time_ns = 0;
+  std::uint64_t live_bytes = 0, reserved_bytes = 0;
+  CategoryBytes by_category{};
+};
+
+struct ReportWarning {
+  std::string kind;     // stable identifier, e.g. "lazy_optimizer_state"
+  std::string message;  // plain language
+  std::uint64_t bytes = 0;
+  std::uint64_t step = 0;
+};
+
+struct ConsistencyCheck {
+  std::uint64_t samples = 0;     // allocator live-byte readings compared with the ledger
+  std::uint64_t mismatches = 0;  // readings that disagreed
+  std::int64_t first_difference_bytes = 0;  // ledger minus allocator at the first mismatch
+  std::uint64_t first_mismatch_seq = 0;
+};
+
+struct TraceInfo {
+  std::string path;
+  std::uint64_t file_bytes = 0;
+  std::uint32_t format_version = 0;
+  std::uint64_t events = 0;
+  std::uint64_t skipped_records = 0;  // records of kinds this version does not know
+  bool truncated = false;
+  std::uint64_t truncated_at = 0;     // byte offset where usable data ends
+  std::string problem;
+  std::uint64_t duration_ns = 0;
+};
+
+struct Report {
+  int schema_version = kReportSchemaVersion;
+  TraceInfo trace;
+  Device device;
+  std::vector<Device> devices_seen;
+  PeakInfo peak;
+  std::vector<StepStats> steps;
+  std::vector<OomRecord> ooms;
+  std::vector<ReportWarning> warnings;
+  ConsistencyCheck consistency;
+  LedgerAnomalies anomalies;
+  std::uint64_t allocations = 0, frees = 0, tags = 0;
+  std::uint64_t final_live_bytes = 0;
+  CategoryBytes final_by_category{};
+  std::vector<std::pair<std::string, std::string>> metadata;  // key -> JSON text, in order
+};
+
+// Serialises a report as JSON (docs/report_schema.md). Metadata values are emitted as JSON
+// strings holding the recorded JSON text, never spliced in raw.
+std::string report_to_json(const Report& report);
+
+// "cpu", "cuda:0".
+std::string device_name(Device device);
+
+}  // namespace ridgescope

@@ -1,0 +1,24 @@
+// ridgescope/trace_format.h — constants of the .rstrace file format (spec: docs/trace_format.md).
+//
+// Layout: a 16-byte file header, then self-checking chunks. Each chunk is a 16-byte chunk
+// header (magic, payload bytes, record count, CRC-32 of the payload) followed by the payload,
+// a sequence of records: kind (1 byte), payload length (LEB128), payload (LEB128 fields).
+// A process killed mid-run leaves whole chunks and at most one torn chunk at the end; readers
+// keep the whole chunks and report the torn one with its byte offset.
+//
+// Thread-safety: constants only.
+#pragma once
+
+#include <cstdint>
+
+namespace ridgescope::trace_format {
+
+inline constexpr char kFileMagic[8] = {'R', 'I', 'D', 'G', 'E', 'S', 'C', 'P'};
+inline constexpr std::uint32_t kVersion = 1;           // bump on any incompatible change
+inline constexpr std::uint32_t kFileHeaderBytes = 16;  // magic(8) version(4) flags(4)
+inline constexpr std::uint32_t kChunkMagic = 0x4B4E4843;  // "CHNK" little-endian
+inline constexpr std::uint32_t kChunkHeaderBytes = 16;  // magic(4) payload(4) records(4) crc(4)
+inline constexpr std::uint32_t kTargetChunkBytes = 256 * 1024;  // writers flush at this size
+inline constexpr std::uint32_t kMaxChunkBytes = 64 * 1024 * 1024;  // readers reject larger
+
+}  // namespace ridgescope::trace_format

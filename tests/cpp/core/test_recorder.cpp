@@ -1,0 +1,104 @@
+// Specification of ridgescope::Recorder: streaming, bounded, never throwing.
+#include <thread>
+#include <vector>
+
+#include "catch.h"
+#include "ridgescope/recorder.h"
+#include "ridgescope/trace_reader.h"
+#include "trace_builder.h"
+
+using namespace ridgescope;
+using ridgescope::testing::TempPath;
+
+namespace {
+Event alloc_event(std::uint64_t addr, std::uint64_t bytes) {
+  Event e;
+  e.kind = EventKind::Alloc;
+  e.addr = addr;
+  e.bytes = e.requested_bytes = bytes;
+  return e;
+}
+std::size_t count_events(const std::string& path) {
+  TraceReader reader(path);
+  Event e;
+  std::size_t n = 0;
+  while (reader.next(e)) ++n;
+  return n;
+}
+}  // namespace
+
+SCENARIO("a running recorder leaves a readable file behind it", "[core][recorder]") {
+  GIVEN("a recorder that has recorded 10 events and is still open") {
+    TempPath path;
+    RecorderOptions options;
+    options.flush_interval_ms = 20;
+    Recorder rec(path.str(), options);
+    for (int i = 0; i < 10; ++i) rec.record(alloc_event(0x100 + 16 * i, 16));
+    WHEN("a flush interval passes, as if the process were killed now") {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      THEN("another reader already sees all 10 events") { CHECK(count_events(path.str()) == 10); }
+    }
+  }
+}
+
+SCENARIO("the recorder's memory is bounded by its queue, not by the run", "[core][recorder]") {
+  GIVEN("a recorder with 4 KiB chunks and a queue of 4 chunks") {
+    TempPath path;
+    RecorderOptions options;
+    options.chunk_bytes = 4096;
+    options.max_queued_chunks = 4;
+    Recorder rec(path.str(), options);
+    WHEN("200,000 events are recorded from two threads") {
+      auto work = [&rec](std::uint64_t base) {
+        for (std::uint64_t i = 0; i < 100000; ++i) rec.record(alloc_event(base + 64 * i, 64));
+      };
+      std::thread a(work, 0x10000000), b(work, 0x90000000);
+      a.join();
+      b.join();
+      rec.close();
+      THEN("every event is on disk and the buffer never held more than a few chunks") {
+        CHECK(count_events(path.str()) == 200000);
+        CHECK(rec.stats().events == 200000);
+        CHECK(rec.stats().dropped_events == 0);
+        CHECK(rec.stats().buffer_bytes_peak <= 6 * (4096 + 1024));
+      }
+    }
+  }
+}
+
+SCENARIO("a write failure stops recording without throwing", "[core][recorder]") {
+  GIVEN("a recorder whose next write fails as a full disk would") {
+    TempPath path;
+    RecorderOptions options;
+    options.chunk_bytes = 1024;
+    Recorder rec(path.str(), options);
+    rec.inject_write_failure();
+    WHEN("events keep arriving") {
+      for (int i = 0; i < 1000; ++i) rec.record(alloc_event(0x100 + 16 * i, 16));
+      rec.flush();
+      THEN("the recorder reports the failure and counts what it dropped") {
+        CHECK(rec.failed());
+        CHECK_THAT(rec.error(), Catch::Matchers::Contains("injected write failure"));
+        CHECK(rec.stats().dropped_events > 0);
+      }
+    }
+  }
+}
+
+SCENARIO("an unwritable path is refused at construction", "[core][recorder]") {
+  CHECK_THROWS_WITH(Recorder("/nonexistent-dir/run.rstrace"),
+                    Catch::Matchers::Contains("/nonexistent-dir/run.rstrace"));
+}
+
+SCENARIO("strings are interned once", "[core][recorder]") {
+  TempPath path;
+  Recorder rec(path.str());
+  const auto a = rec.intern("forward");
+  const auto b = rec.intern("backward");
+  CHECK(a != 0);
+  CHECK(b != a);
+  CHECK(rec.intern("forward") == a);
+  CHECK(rec.intern("") == 0);
+  rec.close();
+  CHECK(count_events(path.str()) == 2);
+}

@@ -1,0 +1,236 @@
+// Specification of the trace format: round trips, readable prefixes, clear errors.
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+#include "byte_codec.h"
+#include "catch.h"
+#include "ridgescope/trace_format.h"
+#include "ridgescope/trace_reader.h"
+#include "trace_builder.h"
+
+using namespace ridgescope;
+using ridgescope::testing::TempPath;
+using ridgescope::testing::TraceBuilder;
+
+namespace {
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void write_all(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+std::vector<Event> read_events(TraceReader& reader) {
+  std::vector<Event> events;
+  Event e;
+  while (reader.next(e)) {
+    e.text = {};
+    events.push_back(e);
+  }
+  return events;
+}
+}  // namespace
+
+SCENARIO("every event kind survives a write and a read", "[core][trace]") {
+  GIVEN("a trace with one event of each kind, including a CUDA device and 64-bit values") {
+    TempPath path;
+    {
+      Recorder rec(path.str());
+      Event a;
+      a.kind = EventKind::Alloc;
+      a.device = Device{DeviceType::CUDA, 3};
+      a.addr = 0x7f0000001000ull;
+      a.bytes = 1ull << 40;
+      a.requested_bytes = (1ull << 40) - 17;
+      a.stream = 0xdeadbeef;
+      rec.record(a);
+      Event t;
+      t.kind = EventKind::Tag;
+      t.device = a.device;
+      t.addr = a.addr;
+      t.category = Category::OptimizerState;
+      t.flags = kTagWeak;
+      t.string_id = rec.intern("exp_avg of layers.0.attn.qkv.weight");
+      rec.record(t);
+      Event f;
+      f.kind = EventKind::Free;
+      f.device = a.device;
+      f.addr = a.addr;
+      f.bytes = a.bytes;
+      rec.record(f);
+      Event s;
+      s.kind = EventKind::Step;
+      s.value = ~0ull;
+      rec.record(s);
+      rec.metadata("run", "{\"x\": 1}");
+    }
+    WHEN("it is read back") {
+      TraceReader reader(path.str());
+      auto events = read_events(reader);
+      THEN("the events come back in order with every field intact") {
+        REQUIRE(events.size() == 7);
+        CHECK_FALSE(reader.truncated());
+        std::vector<EventKind> kinds;
+        for (auto& e : events) kinds.push_back(e.kind);
+        CHECK(kinds == std::vector<EventKind>{EventKind::Alloc, EventKind::String, EventKind::Tag,
+                                              EventKind::Free, EventKind::Step, EventKind::String,
+                                              EventKind::Metadata});
+        const Event& alloc = events[0];
+        CHECK(alloc.kind == EventKind::Alloc);
+        CHECK(alloc.device == Device{DeviceType::CUDA, 3});
+        CHECK(alloc.addr == 0x7f0000001000ull);
+        CHECK(alloc.bytes == (1ull << 40));
+        CHECK(alloc.requested_bytes == (1ull << 40) - 17);
+        CHECK(alloc.stream == 0xdeadbeef);
+        const Event& tag = events[2];
+        CHECK(tag.kind == EventKind::Tag);
+        CHECK(tag.category == Category::OptimizerState);
+        CHECK(tag.flags == kTagWeak);
+        CHECK(reader.string(tag.string_id) == "exp_avg of layers.0.attn.qkv.weight");
+        CHECK(events[3].kind == EventKind::Free);
+        CHECK(events[4].value == ~0ull);
+        for (std::size_t i = 0; i < events.size(); ++i) CHECK(events[i].seq == i);
+        for (std::size_t i = 1; i < events.size(); ++i) {
+          if (events[i].kind != EventKind::String && events[i].kind != EventKind::Metadata &&
+              events[i - 1].kind != EventKind::String && events[i - 1].kind != EventKind::Metadata)
+            CHECK(events[i].time_ns >= events[i - 1].time_ns);
+        }
+      }
+    }
+  }
+}
+
+SCENARIO("a trace cut short keeps its readable prefix and names the offset", "[core][trace]") {
+  GIVEN("a trace of many chunks, as a long run writes") {
+    TempPath path;
+    {
+      RecorderOptions small;
+      small.chunk_bytes = 512;  // many chunks
+      Recorder rec(path.str(), small);
+      for (std::uint64_t i = 0; i < 2000; ++i) {
+        Event e;
+        e.kind = EventKind::Alloc;
+        e.addr = 0x1000 + 64 * i;
+        e.bytes = e.requested_bytes = 64;
+        rec.record(e);
+      }
+    }
+    const std::string full = read_all(path.str());
+    WHEN("the file loses its last 100 bytes (the process was killed mid-write)") {
+      write_all(path.str(), full.substr(0, full.size() - 100));
+      TraceReader reader(path.str());
+      auto events = read_events(reader);
+      THEN("all whole chunks are read and the torn one is reported with its offset") {
+        CHECK(reader.truncated());
+        CHECK(events.size() > 1500);
+        CHECK(events.size() < 2000);
+        CHECK(reader.truncated_at() > trace_format::kFileHeaderBytes);
+        CHECK(reader.truncated_at() < full.size());
+        CHECK_THAT(reader.problem(), Catch::Matchers::Contains("byte offset " + std::to_string(reader.truncated_at())));
+        for (std::size_t i = 0; i < events.size(); ++i) CHECK(events[i].addr == 0x1000 + 64 * i);
+      }
+    }
+    WHEN("a byte in the middle is flipped") {
+      std::string bad = full;
+      bad[full.size() / 2] ^= 0x5A;
+      write_all(path.str(), bad);
+      TraceReader reader(path.str());
+      auto events = read_events(reader);
+      THEN("the reader stops at the damaged chunk with a checksum message") {
+        CHECK(reader.truncated());
+        CHECK_THAT(reader.problem(), Catch::Matchers::Contains("checksum"));
+        CHECK(events.size() < 2000);
+        CHECK(events.size() > 500);
+      }
+    }
+    WHEN("a chunk header claims 2 GB") {
+      std::string bad = full;
+      detail::put_u32(&bad[trace_format::kFileHeaderBytes + 4], 0x7FFFFFFFu);
+      write_all(path.str(), bad);
+      TraceReader reader(path.str());
+      auto events = read_events(reader);
+      THEN("nothing is allocated for it and the problem names the limit") {
+        CHECK(events.empty());
+        CHECK_THAT(reader.problem(), Catch::Matchers::Contains("claims"));
+        CHECK(reader.truncated_at() == trace_format::kFileHeaderBytes);
+      }
+    }
+  }
+}
+
+SCENARIO("files that are not traces are refused with a clear error", "[core][trace]") {
+  TempPath path;
+  WHEN("the file is a pickle") {
+    write_all(path.str(), std::string("\x80\x04\x95\x00\x00", 5));
+    THEN("the error says it is not a trace") {
+      CHECK_THROWS_WITH(TraceReader(path.str()), Catch::Matchers::Contains("not a ridgescope trace"));
+    }
+  }
+  WHEN("the file is empty") {
+    write_all(path.str(), "");
+    THEN("the error says it is not a trace") {
+      CHECK_THROWS_AS(TraceReader(path.str()), TraceError);
+    }
+  }
+  WHEN("the file comes from a future format version") {
+    std::string header(trace_format::kFileMagic, 8);
+    header += std::string("\x09\x00\x00\x00\x00\x00\x00\x00", 8);
+    write_all(path.str(), header);
+    THEN("the error names both versions") {
+      CHECK_THROWS_WITH(TraceReader(path.str()), Catch::Matchers::Contains("version 9"));
+    }
+  }
+  WHEN("the file does not exist") {
+    THEN("the error names the path") {
+      CHECK_THROWS_WITH(TraceReader("/nonexistent/x.rstrace"), Catch::Matchers::Contains("/nonexistent/x.rstrace"));
+    }
+  }
+}
+
+SCENARIO("records of a kind this version does not know are skipped", "[core][trace]") {
+  GIVEN("a chunk holding an unknown kind 99 between two allocs") {
+    TempPath path;
+    std::string payload;
+    auto alloc = [&](std::uint64_t addr) {
+      std::string p;
+      detail::put_varint(p, 0);        // dt
+      detail::put_varint(p, 0);        // device type
+      detail::put_varint(p, 0);        // device index + 1
+      detail::put_varint(p, addr);
+      detail::put_varint(p, 8);
+      detail::put_varint(p, 8);
+      detail::put_varint(p, 0);
+      detail::put_varint(p, 1);
+      payload.push_back(1);
+      detail::put_varint(payload, p.size());
+      payload += p;
+    };
+    alloc(0x100);
+    payload.push_back(99);
+    detail::put_varint(payload, 3);
+    payload += "xyz";
+    alloc(0x200);
+    std::string file(trace_format::kFileMagic, 8);
+    file += std::string("\x01\x00\x00\x00\x00\x00\x00\x00", 8);
+    char header[16];
+    detail::put_u32(header, trace_format::kChunkMagic);
+    detail::put_u32(header + 4, static_cast<std::uint32_t>(payload.size()));
+    detail::put_u32(header + 8, 3);
+    detail::put_u32(header + 12, detail::crc32(payload));
+    file.append(header, 16);
+    file += payload;
+    write_all(path.str(), file);
+    TraceReader reader(path.str());
+    auto events = read_events(reader);
+    THEN("both allocs are read and one record is counted as skipped") {
+      REQUIRE(events.size() == 2);
+      CHECK(events[0].addr == 0x100);
+      CHECK(events[1].addr == 0x200);
+      CHECK(reader.skipped_records() == 1);
+      CHECK_FALSE(reader.truncated());
+    }
+  }
+}

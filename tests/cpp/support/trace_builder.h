@@ -1,0 +1,108 @@
+// trace_builder.h — writes a scripted trace through the real Recorder, for specification tests.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <unistd.h>
+
+#include "ridgescope/category.h"
+#include "ridgescope/event.h"
+#include "ridgescope/recorder.h"
+
+namespace ridgescope::testing {
+
+// A fresh temporary path, removed when the object dies.
+class TempPath {
+ public:
+  explicit TempPath(const std::string& suffix = ".rstrace") {
+    static int counter = 0;
+    path_ = "/tmp/ridgescope_test_" + std::to_string(::getpid()) + "_" +
+            std::to_string(counter++) + suffix;
+  }
+  ~TempPath() { std::remove(path_.c_str()); }
+  const std::string& str() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class TraceBuilder {
+ public:
+  explicit TraceBuilder(const std::string& path, Device device = {}) : recorder_(path), device_(device) {}
+
+  TraceBuilder& alloc(std::uint64_t addr, std::uint64_t bytes) {
+    Event e;
+    e.kind = EventKind::Alloc;
+    e.device = device_;
+    e.addr = addr;
+    e.bytes = e.requested_bytes = bytes;
+    recorder_.record(e);
+    return *this;
+  }
+  TraceBuilder& free(std::uint64_t addr, std::uint64_t bytes = 0) {
+    Event e;
+    e.kind = EventKind::Free;
+    e.device = device_;
+    e.addr = addr;
+    e.bytes = bytes;
+    recorder_.record(e);
+    return *this;
+  }
+  TraceBuilder& tag(std::uint64_t addr, Category c, const std::string& label, bool weak = false) {
+    Event e;
+    e.kind = EventKind::Tag;
+    e.device = device_;
+    e.addr = addr;
+    e.category = c;
+    e.flags = weak ? kTagWeak : 0;
+    e.string_id = recorder_.intern(label);
+    recorder_.record(e);
+    return *this;
+  }
+  TraceBuilder& begin(const std::string& phase) { return phase_event(EventKind::PhaseBegin, phase); }
+  TraceBuilder& end(const std::string& phase) { return phase_event(EventKind::PhaseEnd, phase); }
+  TraceBuilder& step(std::uint64_t n) {
+    Event e;
+    e.kind = EventKind::Step;
+    e.value = n;
+    recorder_.record(e);
+    return *this;
+  }
+  TraceBuilder& sample(std::uint64_t live_bytes) {
+    Event e;
+    e.kind = EventKind::Sample;
+    e.device = device_;
+    e.string_id = recorder_.intern("allocator_live_bytes");
+    e.value = live_bytes;
+    recorder_.record(e);
+    return *this;
+  }
+  TraceBuilder& oom(std::uint64_t request, std::uint64_t device_free) {
+    Event e;
+    e.kind = EventKind::Oom;
+    e.device = device_;
+    e.bytes = request;
+    e.value = device_free;
+    recorder_.record(e);
+    return *this;
+  }
+  TraceBuilder& metadata(const std::string& key, const std::string& json) {
+    recorder_.metadata(key, json);
+    return *this;
+  }
+  void close() { recorder_.close(); }
+  Recorder& recorder() { return recorder_; }
+
+ private:
+  TraceBuilder& phase_event(EventKind kind, const std::string& phase) {
+    Event e;
+    e.kind = kind;
+    e.string_id = recorder_.intern(phase);
+    recorder_.record(e);
+    return *this;
+  }
+  Recorder recorder_;
+  Device device_;
+};
+
+}  // namespace ridgescope::testing
