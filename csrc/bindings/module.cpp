@@ -1,0 +1,116 @@
+// module.cpp — ridgescope._C: pybind11 conversions only; the logic lives in csrc/core and
+// csrc/torch, the policy in python/ridgescope.
+#include <torch/extension.h>
+
+#include "ridgescope/analysis.h"
+#include "ridgescope/category.h"
+#include "ridgescope/trace_format.h"
+#include "ridgescope/trace_reader.h"
+#include "tracking_session.h"
+
+namespace py = pybind11;
+using ridgescope::Category;
+using ridgescope::sources::TrackingSession;
+
+namespace {
+
+Category to_category(const std::string& name) {
+  Category c;
+  if (!ridgescope::parse_category(name, &c)) {
+    throw py::value_error("unknown category '" + name + "'");
+  }
+  return c;
+}
+
+py::list read_events(const std::string& path, std::size_t limit) {
+  ridgescope::TraceReader reader(path);
+  py::list out;
+  ridgescope::Event e;
+  while (out.size() < limit && reader.next(e)) {
+    py::dict d;
+    d["seq"] = e.seq;
+    d["kind"] = std::string(ridgescope::event_kind_name(e.kind));
+    d["time_ns"] = e.time_ns;
+    d["device"] = ridgescope::device_name(e.device);
+    d["addr"] = e.addr;
+    d["bytes"] = e.bytes;
+    d["category"] = std::string(ridgescope::category_name(e.category));
+    d["weak"] = (e.flags & ridgescope::kTagWeak) != 0;
+    d["string"] = std::string(reader.string(e.string_id));
+    d["value"] = e.value;
+    out.append(std::move(d));
+  }
+  if (reader.truncated()) {
+    py::dict d;
+    d["kind"] = "truncated";
+    d["problem"] = reader.problem();
+    d["offset"] = reader.truncated_at();
+    out.append(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "ridgescope native core (see python/ridgescope for the public API)";
+  py::register_exception<ridgescope::TraceError>(m, "TraceError", PyExc_ValueError);
+
+  m.attr("TRACE_FORMAT_VERSION") = ridgescope::trace_format::kVersion;
+  m.attr("REPORT_SCHEMA_VERSION") = ridgescope::kReportSchemaVersion;
+  py::list names;
+  for (std::size_t i = 0; i < ridgescope::kCategoryCount; ++i) {
+    names.append(std::string(ridgescope::category_name(static_cast<Category>(i))));
+  }
+  m.attr("CATEGORIES") = names;
+
+  m.def(
+      "analyze",
+      [](const std::string& path, std::size_t top_blocks) {
+        ridgescope::AnalysisOptions options;
+        options.top_blocks = top_blocks;
+        return ridgescope::report_to_json(ridgescope::analyze_trace(path, options));
+      },
+      py::arg("path"), py::arg("top_blocks") = 20, py::call_guard<py::gil_scoped_release>(),
+      "Analyse a trace file; returns the report as JSON text.");
+  m.def("read_events", &read_events, py::arg("path"), py::arg("limit") = SIZE_MAX,
+        "Decode a trace's events as dicts (for inspection and tests).");
+
+  py::class_<TrackingSession>(m, "Session")
+      .def(py::init<const std::string&>(), py::arg("path"))
+      .def("stop", &TrackingSession::stop, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("active", &TrackingSession::active)
+      .def_property_readonly("degraded", &TrackingSession::degraded)
+      .def_property_readonly("error", &TrackingSession::error)
+      .def_property_readonly("path", &TrackingSession::path)
+      .def("intern", &TrackingSession::intern)
+      .def("metadata", &TrackingSession::metadata)
+      .def("phase_begin", &TrackingSession::phase_begin)
+      .def("phase_end", &TrackingSession::phase_end)
+      .def("step", &TrackingSession::step)
+      .def("sample_allocator", &TrackingSession::sample_allocator)
+      .def("tag",
+           [](TrackingSession& s, const at::Tensor& t, const std::string& category,
+              std::uint32_t label, bool weak) { s.tag_tensor(t, to_category(category), label, weak); },
+           py::arg("tensor"), py::arg("category"), py::arg("label") = 0, py::arg("weak") = false)
+      .def("register",
+           [](TrackingSession& s, const at::Tensor& t, const std::string& category,
+              std::uint32_t label) { return s.register_tensor(t, to_category(category), label); },
+           py::arg("tensor"), py::arg("category"), py::arg("label") = 0)
+      .def("pack_saved",
+           [](TrackingSession& s, const at::Tensor& t) { return s.on_saved_tensor(t); })
+      .def("enter_module", &TrackingSession::enter_module)
+      .def("exit_module", &TrackingSession::exit_module)
+      .def("degrade", &TrackingSession::degrade)
+      .def("inject_fault", &TrackingSession::inject_fault)
+      .def("stats", [](const TrackingSession& s) {
+        const auto st = s.stats();
+        py::dict d;
+        d["events"] = st.events;
+        d["dropped_events"] = st.dropped_events;
+        d["bytes_written"] = st.bytes_written;
+        d["chunks_written"] = st.chunks_written;
+        d["buffer_bytes_peak"] = st.buffer_bytes_peak;
+        return d;
+      });
+}

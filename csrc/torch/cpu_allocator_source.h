@@ -1,0 +1,45 @@
+// cpu_allocator_source.h — the CPU allocator source: a delegating c10::Allocator that reports
+// every CPU block's allocation and free to the active session's Recorder (design.md §5).
+//
+// install() puts the tracking allocator in front of whatever CPU allocator is registered and
+// uninstall() restores it. Blocks allocated while installed keep the tracking deleter for their
+// whole life, so the tracking allocator and its table live for the process; after uninstall()
+// they free normally and report nothing. Storages that existed before install() (parameters,
+// gradients, optimizer state) are adopted with register_storage() so their frees are seen too.
+//
+// Hot path (allocate and the deleter): no GIL, no torch call besides the delegated allocation,
+// no exception escapes, one leaf mutex (then the Recorder's own leaf mutex).
+// Thread-safety: all functions are safe from any thread; install/uninstall follow c10's rule
+// that SetCPUAllocator is not synchronised with concurrent GetCPUAllocator callers, so they
+// are called from the thread that starts and stops the session.
+#pragma once
+
+#include <cstdint>
+
+#include <c10/core/StorageImpl.h>
+
+#include "ridgescope/recorder.h"
+
+namespace ridgescope::sources {
+
+// Starts reporting to `recorder` (not owned; must outlive uninstall()). Returns false when a
+// session is already installed.
+bool install_cpu_allocator_source(Recorder* recorder);
+
+// Stops reporting and restores the previous CPU allocator.
+void uninstall_cpu_allocator_source();
+
+// Adopts a storage that existed before install(): records its allocation now and makes its
+// free visible. Returns the storage's bytes, or 0 when it was already adopted, is empty, or is
+// not a CPU storage.
+std::uint64_t register_cpu_storage(c10::StorageImpl* storage);
+
+// Bytes of CPU blocks live now by the source's own count (independent of the trace and of the
+// ledger that replays it).
+std::uint64_t cpu_live_bytes();
+
+// Records a Sample event "allocator_live_bytes" with cpu_live_bytes(), ordered with the
+// allocation events, so the analysis can check the ledger against it.
+void record_cpu_live_sample(std::uint32_t sample_name_id);
+
+}  // namespace ridgescope::sources

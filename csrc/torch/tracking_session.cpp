@@ -1,0 +1,184 @@
+#include "tracking_session.h"
+
+#include <stdexcept>
+#include <vector>
+
+#include "cpu_allocator_source.h"
+
+namespace ridgescope::sources {
+namespace {
+
+// The innermost module entered on this thread, for activation labels. Forward (and the
+// recomputation of checkpointed regions) run their module hooks and pack hooks on one thread.
+thread_local std::vector<std::uint32_t> t_module_labels;
+
+bool storage_block(const at::Tensor& tensor, Device* device, std::uint64_t* addr) {
+  if (!tensor.defined() || !tensor.has_storage()) return false;
+  const c10::Device d = tensor.device();
+  if (d.is_cpu()) {
+    *device = Device{DeviceType::CPU, -1};
+  } else if (d.is_cuda()) {
+    *device = Device{DeviceType::CUDA, static_cast<std::int16_t>(d.index())};
+  } else {
+    return false;  // meta, fake and other devices have no allocator block we observe
+  }
+  const void* base = tensor.storage().data_ptr().get();
+  if (base == nullptr) return false;
+  *addr = reinterpret_cast<std::uint64_t>(base);
+  return true;
+}
+
+}  // namespace
+
+TrackingSession::TrackingSession(const std::string& path) : recorder_(path) {
+  sample_name_id_ = recorder_.intern("allocator_live_bytes");
+  outside_label_id_ = recorder_.intern("activation saved outside the model (loss or functional code)");
+  if (!install_cpu_allocator_source(&recorder_)) {
+    recorder_.close();
+    throw std::runtime_error(
+        "ridgescope: a tracking session is already running in this process; sessions do not "
+        "nest. Stop the running one (leave its `with rs.track(...)` block) first.");
+  }
+  active_ = true;
+}
+
+TrackingSession::~TrackingSession() { stop(); }
+
+void TrackingSession::stop() noexcept {
+  if (!active_.exchange(false)) return;
+  if (!degraded_) sample_allocator_unchecked();
+  uninstall_cpu_allocator_source();
+  recorder_.close();
+  check_recorder();
+}
+
+void TrackingSession::check_recorder() noexcept {
+  if (recorder_.failed()) degrade(recorder_.error());
+}
+
+std::uint32_t TrackingSession::intern(const std::string& text) noexcept {
+  return recorder_.intern(text);
+}
+
+void TrackingSession::metadata(const std::string& key, const std::string& json) noexcept {
+  recorder_.metadata(key, json);
+}
+
+void TrackingSession::phase_begin(std::uint32_t name_id) noexcept {
+  Event e;
+  e.kind = EventKind::PhaseBegin;
+  e.string_id = name_id;
+  recorder_.record(e);
+}
+
+void TrackingSession::phase_end(std::uint32_t name_id) noexcept {
+  Event e;
+  e.kind = EventKind::PhaseEnd;
+  e.string_id = name_id;
+  recorder_.record(e);
+  check_recorder();
+}
+
+void TrackingSession::step(std::uint64_t step) noexcept {
+  Event e;
+  e.kind = EventKind::Step;
+  e.value = step;
+  recorder_.record(e);
+  check_recorder();
+}
+
+void TrackingSession::sample_allocator() noexcept {
+  if (active_) sample_allocator_unchecked();
+}
+
+void TrackingSession::sample_allocator_unchecked() noexcept {
+  record_cpu_live_sample(sample_name_id_);
+}
+
+void TrackingSession::tag_tensor(const at::Tensor& tensor, Category category,
+                                 std::uint32_t label_id, bool weak) noexcept {
+  if (!active_) return;
+  try {
+    if (fault_tag_.exchange(false)) throw std::runtime_error("injected fault in tag_tensor");
+    Event e;
+    if (!storage_block(tensor, &e.device, &e.addr)) return;
+    e.kind = EventKind::Tag;
+    e.category = category;
+    e.flags = weak ? kTagWeak : 0;
+    e.string_id = label_id;
+    recorder_.record(e);
+  } catch (const std::exception& ex) {
+    degrade(std::string("internal error while tagging a tensor: ") + ex.what());
+  } catch (...) {
+    degrade("internal error while tagging a tensor");
+  }
+}
+
+std::uint64_t TrackingSession::register_tensor(const at::Tensor& tensor, Category category,
+                                               std::uint32_t label_id) noexcept {
+  if (!active_) return 0;
+  try {
+    if (!tensor.defined() || !tensor.has_storage()) return 0;
+    std::uint64_t bytes = 0;
+    if (tensor.device().is_cpu()) {
+      bytes = register_cpu_storage(tensor.storage().unsafeGetStorageImpl());
+    }
+    tag_tensor(tensor, category, label_id, /*weak=*/false);
+    return bytes;
+  } catch (const std::exception& ex) {
+    degrade(std::string("internal error while registering a tensor: ") + ex.what());
+  } catch (...) {
+    degrade("internal error while registering a tensor");
+  }
+  return 0;
+}
+
+const at::Tensor& TrackingSession::on_saved_tensor(const at::Tensor& tensor) noexcept {
+  const std::uint32_t label = t_module_labels.empty() ? outside_label_id_ : t_module_labels.back();
+  tag_tensor(tensor, Category::Activation, label, /*weak=*/true);
+  return tensor;
+}
+
+void TrackingSession::enter_module(std::uint32_t activation_label_id) noexcept {
+  try {
+    t_module_labels.push_back(activation_label_id);
+  } catch (...) {
+  }
+}
+
+void TrackingSession::exit_module() noexcept {
+  if (!t_module_labels.empty()) t_module_labels.pop_back();
+}
+
+void TrackingSession::degrade(const std::string& reason) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    if (degraded_.exchange(true)) return;
+    try {
+      error_ = reason;
+    } catch (...) {
+    }
+  }
+  // Stop recording: the trace stays readable up to here.
+  if (active_.exchange(false)) {
+    uninstall_cpu_allocator_source();
+    recorder_.close();
+  }
+}
+
+std::string TrackingSession::error() const {
+  std::lock_guard<std::mutex> lock(error_mutex_);
+  return error_;
+}
+
+void TrackingSession::inject_fault(const std::string& kind) {
+  if (kind == "tag") {
+    fault_tag_ = true;
+  } else if (kind == "write") {
+    recorder_.inject_write_failure();
+  } else {
+    throw std::invalid_argument("unknown fault kind '" + kind + "' (expected 'tag' or 'write')");
+  }
+}
+
+}  // namespace ridgescope::sources

@@ -1,0 +1,91 @@
+// tracking_session.h — one tracking session of a torch process: the trace recorder, the CPU
+// allocator source, and the tagging of tensors with categories and labels (design.md §3).
+//
+// Python (and later C++ trainers) decide *what* a tensor is; this class turns that decision
+// into Tag events on the tensor's storage block, and owns the saved-tensor pack hook's work,
+// which runs once per tensor saved for backward and so is done here in C++.
+//
+// Errors: misuse (a second session, an unwritable path) throws at the call. Anything that
+// fails while recording is caught: the session degrades (stops recording, keeps the trace
+// readable) and error() says why; nothing propagates into the training loop.
+// Thread-safety: one session at a time per process. Tagging and phase calls may come from any
+// thread (autograd runs backward hooks on worker threads); the module stack is per thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "ridgescope/category.h"
+#include "ridgescope/recorder.h"
+
+namespace ridgescope::sources {
+
+class TrackingSession {
+ public:
+  // Creates the trace, installs the CPU allocator source. Throws std::runtime_error when a
+  // session is already running or the path cannot be written.
+  explicit TrackingSession(const std::string& path);
+  ~TrackingSession();
+  TrackingSession(const TrackingSession&) = delete;
+  TrackingSession& operator=(const TrackingSession&) = delete;
+
+  // Stops recording, restores the allocator, writes the final sample and closes the trace.
+  void stop() noexcept;
+  bool active() const noexcept { return active_.load(); }
+
+  std::uint32_t intern(const std::string& text) noexcept;
+  void metadata(const std::string& key, const std::string& json) noexcept;
+  void phase_begin(std::uint32_t name_id) noexcept;
+  void phase_end(std::uint32_t name_id) noexcept;
+  void step(std::uint64_t step) noexcept;
+  // Records the allocator's own live-byte count, checked against the ledger by the analysis.
+  void sample_allocator() noexcept;
+
+  // Tags the block behind `tensor` (its storage base). Weak tags apply only to blocks that no
+  // strong tag explains. Tensors without storage (meta, fake, sparse) are ignored.
+  void tag_tensor(const at::Tensor& tensor, Category category, std::uint32_t label_id,
+                  bool weak) noexcept;
+
+  // Adopts the storage of a tensor that existed before the session, then tags it (strongly).
+  // Returns the storage bytes newly counted (0 when already counted).
+  std::uint64_t register_tensor(const at::Tensor& tensor, Category category,
+                                std::uint32_t label_id) noexcept;
+
+  // The saved-tensor pack hook's work: a weak activation tag labelled with the innermost module
+  // entered on this thread. Returns the tensor itself, so nothing extra is kept alive.
+  const at::Tensor& on_saved_tensor(const at::Tensor& tensor) noexcept;
+  void enter_module(std::uint32_t activation_label_id) noexcept;
+  void exit_module() noexcept;
+
+  // Stops recording after an internal error; the first reason is kept.
+  void degrade(const std::string& reason) noexcept;
+  bool degraded() const noexcept { return degraded_.load(); }
+  std::string error() const;
+
+  const std::string& path() const noexcept { return recorder_.path(); }
+  RecorderStats stats() const { return recorder_.stats(); }
+
+  // Testing aids: make the next tag throw inside the session as an internal bug would
+  // ("tag"), or the next trace write fail as a full disk would ("write").
+  void inject_fault(const std::string& kind);
+
+ private:
+  void check_recorder() noexcept;
+  void sample_allocator_unchecked() noexcept;
+
+  Recorder recorder_;
+  std::atomic<bool> active_{false};
+  std::atomic<bool> degraded_{false};
+  std::atomic<bool> fault_tag_{false};
+  mutable std::mutex error_mutex_;
+  std::string error_;
+  std::uint32_t sample_name_id_ = 0;
+  std::uint32_t outside_label_id_ = 0;
+};
+
+}  // namespace ridgescope::sources

@@ -1,0 +1,28 @@
+"""ridgescope: where memory goes during PyTorch training.
+
+    import ridgescope as rs
+    with rs.track(model=model, optimizer=opt, out="run.rstrace") as session:
+        ...  # the training loop, unchanged
+    print(session.report().summary())
+"""
+import torch  # noqa: F401  (loads libtorch before the native module that links it)
+
+from . import _C
+from ._errors import RidgescopeError, TraceFormatError
+from ._report import Report, load
+from ._session import Session, __version__, active_session, phase, track
+
+CATEGORIES = tuple(_C.CATEGORIES)
+
+__all__ = [
+    "CATEGORIES",
+    "Report",
+    "RidgescopeError",
+    "Session",
+    "TraceFormatError",
+    "__version__",
+    "active_session",
+    "load",
+    "phase",
+    "track",
+]

@@ -1,0 +1,350 @@
+"""Automatic phases and tagging for a tracking session (design.md §3-§4).
+
+Phases come from PyTorch's own hooks: module forward hooks (forward, eval, and recompute when a
+module runs inside backward), a wrapper around ``torch.autograd.backward``/``grad``
+(backward), the global optimizer step hooks (optimizer_step, and step counting), wrappers
+around ``zero_grad`` (zero_grad) and ``torch.save`` (checkpoint). Categories come from the
+parameters, buffers and optimizer state of what is tracked, post-accumulate-grad hooks
+(gradient), the saved-tensor pack hook (activation; its work is done in C++) and the root
+module's arguments (input). Everything is installed on start() and removed on stop().
+
+Every hook body runs under ``_guard``: an internal error is reported once, the session stops
+recording and the training loop goes on. Errors raised by the user's own code pass through.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from . import _model_info
+
+BUILTIN_PHASES = ("forward", "backward", "optimizer_step", "zero_grad", "checkpoint", "eval",
+                  "data", "recompute")
+
+
+class Instrumentation:
+    """Installs and removes the hooks of one session. Owned by ``Session``."""
+
+    def __init__(self, native: Any, model: torch.nn.Module | None,
+                 optimizer: torch.optim.Optimizer | None, activations: bool = True) -> None:
+        self._native = native
+        self._model = model
+        self._optimizer = optimizer
+        self._activations = activations
+        self._handles: list[Any] = []
+        self._restore: list[Callable[[], None]] = []
+        self._saved_hooks: Any = None
+        self._local = threading.local()
+        self._phase_stack: list[tuple[str, bool]] = []  # (name, explicit)
+        self._phase_lock = threading.Lock()
+        self._labels: dict[str, int] = {}
+        self._param_names = _model_info.parameter_names(model, optimizer)
+        self._module_labels: dict[int, tuple[int, int, str]] = {}
+        self._tagged: dict[tuple[int, str], int] = {}  # (id(tensor owner), key) -> storage ptr
+        self._root: torch.nn.Module | None = model
+        self._step = 0
+        self._counted_optimizer = optimizer
+        self.failed = False
+        self.error: str | None = None
+
+    # ----------------------------------------------------------------------------- labels
+    def label(self, text: str) -> int:
+        lid = self._labels.get(text)
+        if lid is None:
+            lid = self._labels[text] = self._native.intern(text)
+        return lid
+
+    def _param_name(self, p: torch.Tensor) -> str:
+        name = self._param_names.get(id(p))
+        if name is None:
+            name = f"parameter {tuple(p.shape)}"
+        return name
+
+    # ----------------------------------------------------------------------------- guard
+    def _guard(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if self.failed:
+                return None
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:  # an internal error must never reach the training loop
+                self.fail(f"{type(exc).__name__}: {exc}")
+                return None
+        return guarded
+
+    def fail(self, reason: str) -> None:
+        """Stops recording after an internal error: one warning, training goes on."""
+        if self.failed:
+            return
+        self.failed = True
+        self.error = reason
+        try:
+            self._native.degrade(reason)
+        except Exception:
+            pass
+        warnings.warn(f"ridgescope stopped recording after an internal error ({reason}); "
+                      "training continues and the trace keeps what was recorded before it.",
+                      RuntimeWarning, stacklevel=3)
+        self.remove()
+
+    def check_native(self) -> None:
+        """Surfaces an error the native side hit (a failed trace write) as the one warning."""
+        if not self.failed and self._native.degraded:
+            self.fail(self._native.error)
+
+    # ----------------------------------------------------------------------------- phases
+    def begin_phase(self, name: str, explicit: bool) -> bool:
+        """Opens a phase. An automatic phase is skipped while an explicit phase of the same name
+        is open (the user's markers win). Returns whether a phase was opened."""
+        with self._phase_lock:
+            if not explicit and any(n == name and e for n, e in self._phase_stack):
+                return False
+            self._phase_stack.append((name, explicit))
+        self._native.sample_allocator()
+        self._native.phase_begin(self.label(name))
+        return True
+
+    def end_phase(self, name: str) -> None:
+        with self._phase_lock:
+            for i in range(len(self._phase_stack) - 1, -1, -1):
+                if self._phase_stack[i][0] == name:
+                    del self._phase_stack[i:]
+                    break
+        self._native.phase_end(self.label(name))
+        self._native.sample_allocator()
+        self.check_native()
+
+    def in_phase(self, name: str) -> bool:
+        return any(n == name for n, _ in self._phase_stack)
+
+    # ----------------------------------------------------------------------------- tagging
+    def tag_once(self, owner: Any, key: str, tensor: torch.Tensor, category: str,
+                 label: str) -> None:
+        """Tags a tensor's block unless this (owner, key) was already tagged at this address."""
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type not in ("cpu", "cuda"):
+            return
+        ptr = tensor.untyped_storage().data_ptr()
+        cache_key = (id(owner), key)
+        if self._tagged.get(cache_key) == ptr:
+            return
+        self._tagged[cache_key] = ptr
+        self._native.tag(tensor, category, self.label(label), False)
+
+    def tag_gradients(self) -> None:
+        for p in self._all_params():
+            if p.grad is not None:
+                self.tag_once(p, "grad", p.grad, "gradient", f"grad of {self._param_name(p)}")
+
+    def tag_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
+        for p, state in optimizer.state.items():
+            if not isinstance(state, dict):
+                continue
+            name = self._param_name(p) if isinstance(p, torch.Tensor) else str(p)
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor):
+                    self.tag_once(p, f"state:{key}", value, "optimizer_state", f"{key} of {name}")
+
+    def _all_params(self) -> list[torch.Tensor]:
+        seen: set[int] = set()
+        out = []
+        sources = []
+        if self._model is not None:
+            sources.append(self._model.parameters())
+        if self._optimizer is not None:
+            sources.extend(g["params"] for g in self._optimizer.param_groups)
+        for it in sources:
+            for p in it:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    out.append(p)
+        return out
+
+    def register_existing(self) -> None:
+        """Adopts the storages that existed before the session so the ledger starts right."""
+        n = self._native
+        if self._model is not None:
+            for name, p in self._model.named_parameters(remove_duplicate=True):
+                n.register(p, "parameter", self.label(name))
+            for name, b in self._model.named_buffers(remove_duplicate=True):
+                n.register(b, "buffer", self.label(name))
+        for p in self._all_params():
+            if self._model is None:
+                n.register(p, "parameter", self.label(self._param_name(p)))
+            if p.grad is not None:
+                n.register(p.grad, "gradient", self.label(f"grad of {self._param_name(p)}"))
+        if self._optimizer is not None:
+            for p, state in self._optimizer.state.items():
+                for key, value in (state.items() if isinstance(state, dict) else ()):
+                    if isinstance(value, torch.Tensor):
+                        n.register(value, "optimizer_state",
+                                   self.label(f"{key} of {self._param_name(p)}"))
+
+    # ----------------------------------------------------------------------------- modules
+    def _module_info(self, module: torch.nn.Module) -> tuple[int, int, str]:
+        info = self._module_labels.get(id(module))
+        if info is None:
+            name = None
+            if self._model is not None:
+                if module is self._model:
+                    name = type(module).__name__
+                else:
+                    for n, m in self._model.named_modules():
+                        if m is module:
+                            name = n
+                            break
+            if name is None:
+                name = type(module).__name__
+            info = (self.label(f"activation saved in {name}"),
+                    self.label(f"activation recomputed in {name}"), name)
+            self._module_labels[id(module)] = info
+        return info
+
+    def _depth(self) -> list[str | None]:
+        stack = getattr(self._local, "calls", None)
+        if stack is None:
+            stack = self._local.calls = []
+        return stack
+
+    def _on_module_pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        calls = self._depth()
+        opened = None
+        if not calls:  # outermost module call on this thread
+            if self.in_phase("backward"):
+                opened = "recompute"
+            else:
+                if self._root is None:
+                    self._root = module
+                if module is self._root:
+                    opened = "forward" if torch.is_grad_enabled() else "eval"
+            if opened is not None and not self.begin_phase(opened, explicit=False):
+                opened = None
+            if opened == "forward":
+                leaves, _ = tree_flatten((args, kwargs))
+                label = self.label("input")
+                for t in leaves:
+                    if isinstance(t, torch.Tensor):
+                        self._native.tag(t, "input", label, True)
+        calls.append(opened)
+        self._native.enter_module(self._module_info(module)[0])
+
+    def _on_module_post(self, module: torch.nn.Module, args: tuple, kwargs: dict,
+                        output: Any) -> None:
+        self._native.exit_module()
+        calls = self._depth()
+        opened = calls.pop() if calls else None
+        if self.in_phase("recompute") and output is not None:
+            label = self._module_info(module)[1]
+            leaves, _ = tree_flatten(output)
+            for t in leaves:
+                if isinstance(t, torch.Tensor):
+                    self._native.tag(t, "activation", label, True)
+        if opened in ("forward", "eval") and output is not None:
+            # The model's output (logits) lives on after forward for the loss: an activation of
+            # this forward, not an unexplained block.
+            label = self.label(f"output of {self._module_info(module)[2]}")
+            leaves, _ = tree_flatten(output)
+            for t in leaves:
+                if isinstance(t, torch.Tensor):
+                    self._native.tag(t, "activation", label, True)
+        if opened is not None:
+            self.end_phase(opened)
+
+    # ----------------------------------------------------------------------------- install
+    def _patch(self, owner: Any, attr: str, make: Callable[[Any], Any]) -> None:
+        original = getattr(owner, attr)
+        setattr(owner, attr, make(original))
+        self._restore.append(lambda: setattr(owner, attr, original))
+
+    def _phase_wrapper(self, phase: str, after: Callable[[], None] | None = None
+                       ) -> Callable[[Any], Any]:
+        instr = self
+
+        def make(original: Any) -> Any:
+            @functools.wraps(original)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                opened = instr._guard(instr.begin_phase)(phase, False)
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    if opened:
+                        if after is not None:
+                            instr._guard(after)()
+                        instr._guard(instr.end_phase)(phase)
+            return wrapper
+        return make
+
+    def install(self) -> None:
+        g = self._guard
+        mm = torch.nn.modules.module
+        self._handles.append(mm.register_module_forward_pre_hook(
+            g(lambda m, a: self._on_module_pre(m, a, {}))))
+        self._handles.append(mm.register_module_forward_hook(
+            g(lambda m, a, o: self._on_module_post(m, a, {}, o)), always_call=True))
+
+        self._patch(torch.autograd, "backward", self._phase_wrapper("backward", self.tag_gradients))
+        self._patch(torch.autograd, "grad", self._phase_wrapper("backward"))
+        self._patch(torch.optim.Optimizer, "zero_grad", self._phase_wrapper("zero_grad"))
+        self._patch(torch.nn.Module, "zero_grad", self._phase_wrapper("zero_grad"))
+        self._patch(torch, "save", self._phase_wrapper("checkpoint"))
+
+        import torch.optim.optimizer as opt_mod
+        self._handles.append(opt_mod.register_optimizer_step_pre_hook(
+            g(lambda opt, args, kwargs: self._on_step_pre(opt))))
+        self._handles.append(opt_mod.register_optimizer_step_post_hook(
+            g(lambda opt, args, kwargs: self._on_step_post(opt))))
+
+        for p in self._all_params():
+            if p.requires_grad and p.is_leaf:
+                label = self.label(f"grad of {self._param_name(p)}")
+                self._handles.append(p.register_post_accumulate_grad_hook(
+                    g(functools.partial(self._on_grad, label=label))))
+
+        if self._activations:
+            native = self._native
+            self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(
+                native.pack_saved, _identity)
+            self._saved_hooks.__enter__()
+
+    def _on_grad(self, p: torch.Tensor, label: int) -> None:
+        if p.grad is not None:
+            self._native.tag(p.grad, "gradient", label, False)
+
+    def _on_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._counted_optimizer is None:
+            self._counted_optimizer = optimizer
+        self.begin_phase("optimizer_step", explicit=False)
+
+    def _on_step_post(self, optimizer: torch.optim.Optimizer) -> None:
+        self.tag_optimizer_state(optimizer)
+        self.end_phase("optimizer_step")
+        if optimizer is self._counted_optimizer:
+            self._native.step(self._step)
+            self._step += 1
+
+    def remove(self) -> None:
+        """Removes every hook and patch; safe to call twice."""
+        for handle in self._handles:
+            try:
+                handle.remove()
+            except Exception:
+                pass
+        self._handles.clear()
+        for restore in reversed(self._restore):
+            restore()
+        self._restore.clear()
+        if self._saved_hooks is not None:
+            hooks, self._saved_hooks = self._saved_hooks, None
+            try:
+                hooks.__exit__(None, None, None)
+            except Exception:
+                pass  # exited on another thread or out of order: nothing left to undo
+
+
+def _identity(x: Any) -> Any:
+    return x

@@ -1,0 +1,177 @@
+"""Tracking sessions: ``rs.track(...)`` and ``rs.phase(...)`` (design.md §9)."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from . import _C, _model_info
+from ._errors import RidgescopeError
+from ._instrument import Instrumentation
+from ._report import Report
+
+__version__ = "0.1.0"
+
+_active_lock = threading.Lock()
+_active: "Session | None" = None
+
+
+def _default_trace_path() -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(tempfile.gettempdir()) / f"ridgescope-{os.getpid()}-{stamp}.rstrace"
+
+
+class Session:
+    """One tracking session. Create it with :func:`track`; read it with :meth:`report`."""
+
+    def __init__(self, model: torch.nn.Module | None = None,
+                 optimizer: torch.optim.Optimizer | None = None,
+                 out: str | os.PathLike[str] | None = None, *, activations: bool = True) -> None:
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise TypeError(f"ridgescope.track: model must be a torch.nn.Module, got "
+                            f"{type(model).__module__}.{type(model).__qualname__}")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"ridgescope.track: optimizer must be a torch.optim.Optimizer, got "
+                            f"{type(optimizer).__module__}.{type(optimizer).__qualname__}")
+        self.model = model
+        self.optimizer = optimizer
+        self.path = Path(out) if out is not None else _default_trace_path()
+        self._activations = activations
+        self._native: Any = None
+        self._instr: Instrumentation | None = None
+        self._report: Report | None = None
+
+    # --------------------------------------------------------------------------- lifecycle
+    def start(self) -> "Session":
+        global _active
+        with _active_lock:
+            if _active is not None:
+                raise RidgescopeError(
+                    f"a ridgescope session is already tracking (writing {_active.path}); "
+                    "sessions do not nest: leave the running `with rs.track(...)` first")
+            parent = self.path.parent if str(self.path.parent) else Path(".")
+            if not parent.is_dir():
+                raise RidgescopeError(f"cannot write the trace to {self.path}: "
+                                      f"directory {parent} does not exist")
+            try:
+                self._native = _C.Session(str(self.path))
+            except RuntimeError as exc:
+                raise RidgescopeError(str(exc).removeprefix("ridgescope: ")) from None
+            _active = self
+        try:
+            run = _model_info.describe_run(self.model, self.optimizer, __version__)
+            self._native.metadata("run", json.dumps(run, sort_keys=True))
+            self._instr = Instrumentation(self._native, self.model, self.optimizer,
+                                          activations=self._activations)
+            self._instr.register_existing()
+            self._instr.install()
+        except Exception as exc:  # never leave a half-installed session behind
+            self._teardown()
+            raise RidgescopeError(f"could not start tracking: {exc}") from exc
+        return self
+
+    def stop(self) -> None:
+        """Stops recording and closes the trace. Safe to call twice."""
+        self._teardown()
+
+    def _teardown(self) -> None:
+        global _active
+        if self._instr is not None:
+            self._instr.remove()
+        if self._native is not None:
+            self._native.stop()
+            if self._instr is not None:
+                self._instr.check_native()
+        with _active_lock:
+            if _active is self:
+                _active = None
+
+    def __enter__(self) -> "Session":
+        return self.start() if self._native is None else self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # --------------------------------------------------------------------------- queries
+    @property
+    def active(self) -> bool:
+        return self._native is not None and self._native.active
+
+    @property
+    def error(self) -> str | None:
+        """Why recording stopped early, or None."""
+        if self._instr is not None and self._instr.error:
+            return self._instr.error
+        return self._native.error or None if self._native is not None else None
+
+    def stats(self) -> dict[str, int]:
+        """The recorder's own figures: events, bytes written, its peak buffer bytes."""
+        return dict(self._native.stats()) if self._native is not None else {}
+
+    def report(self, top_blocks: int = 20) -> Report:
+        """The report of this session (stops it first if it is still running)."""
+        if self.active:
+            self.stop()
+        if self._report is None or top_blocks != 20:
+            self._report = Report.from_trace(self.path, top_blocks=top_blocks)
+        return self._report
+
+    def mark_step(self) -> None:
+        """Counts a training step explicitly (for loops without a torch optimizer)."""
+        if self._instr is not None and self.active:
+            self._instr._native.step(self._instr._step)
+            self._instr._step += 1
+
+    def _begin_explicit(self, name: str) -> bool:
+        if self._instr is None or not self.active or self._instr.failed:
+            return False
+        return self._instr._guard(self._instr.begin_phase)(name, True) is True
+
+    def _end_explicit(self, name: str) -> None:
+        if self._instr is not None and self.active:
+            self._instr._guard(self._instr.end_phase)(name)
+
+
+def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
+          out: str | os.PathLike[str] | None = None, *, activations: bool = True) -> Session:
+    """Tracks memory while the ``with`` block runs::
+
+        with rs.track(model=model, optimizer=opt, out="run.rstrace") as session:
+            ...  # the training loop, unchanged
+        print(session.report().summary())
+
+    ``model`` and ``optimizer`` are optional; with them, parameters, gradients and optimizer
+    state carry their names. ``out`` is the trace file (default: a file in the temp
+    directory). ``activations=False`` skips the saved-tensor hook (activations are then
+    inferred from lifetimes). Raises RidgescopeError for a nested session or an unwritable
+    path, TypeError for a model or optimizer of the wrong type.
+    """
+    return Session(model, optimizer, out, activations=activations)
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Marks an explicit phase (``"checkpoint"``, ``"data"``, or a name of your own). Phases
+    nest, and an explicit phase wins over the automatic one of the same name. Outside a
+    tracking session this does nothing, so the same code runs untracked."""
+    if not isinstance(name, str) or not name:
+        raise TypeError("ridgescope.phase: name must be a non-empty string")
+    session = _active
+    opened = session is not None and session._begin_explicit(name)
+    try:
+        yield
+    finally:
+        if opened and session is not None:
+            session._end_explicit(name)
+
+
+def active_session() -> Session | None:
+    """The session tracking now, or None."""
+    return _active

@@ -1,0 +1,102 @@
+"""The plain-text report: what held memory at the peak, when, and what to look at."""
+from __future__ import annotations
+
+from typing import Any
+
+from ._format import format_bytes, format_count
+
+_SHOWN_PHASES = ("forward", "backward", "optimizer_step", "zero_grad", "checkpoint", "eval",
+                 "recompute", "data")
+
+
+def _composition(by_category: dict[str, int], total: int, limit: int = 4) -> str:
+    parts = sorted(((v, k) for k, v in by_category.items() if v > 0), reverse=True)[:limit]
+    return ", ".join(f"{k} {format_bytes(v)}" for v, k in parts) if parts else "-"
+
+
+def _model_lines(d: dict[str, Any]) -> list[str]:
+    m, o = d["model"], d["optimizer"]
+    lines = []
+    if m.get("parameters") is not None:
+        dtypes = ", ".join(f"{k}" for k in m.get("dtypes", {})) or "?"
+        trainable = m.get("trainable_parameters")
+        frozen = "" if trainable == m["parameters"] else f", {format_count(trainable)} trainable"
+        lines.append(f"Model: {m.get('class') or 'parameters'}: {format_count(m['parameters'])} "
+                     f"parameters{frozen} ({dtypes}), {format_bytes(m['parameter_bytes'])}"
+                     + (f"; buffers {format_bytes(m['buffer_bytes'])}" if m.get("buffer_bytes") else ""))
+    if o.get("type"):
+        spp = o.get("states_per_parameter")
+        keys = ", ".join(o.get("state_keys") or []) or "none"
+        lines.append(f"Optimizer: {o['type']}, "
+                     + (f"{spp} state tensor(s) per parameter ({keys})" if spp is not None
+                        else "state per parameter not known in advance")
+                     + f"; {format_bytes(o['state_bytes'])} of optimizer state measured")
+    per = m.get("persistent_bytes_per_trainable_parameter") or {}
+    if per.get("expected") is not None or per.get("measured") is not None:
+        exp = f"{per['expected']:.1f}" if per.get("expected") is not None else "?"
+        mea = f"{per['measured']:.2f}" if per.get("measured") is not None else "not measured (no optimizer step)"
+        lines.append(f"Persistent bytes per trainable parameter (parameters + gradients + optimizer "
+                     f"state): expected {exp}, measured {mea}")
+    return lines
+
+
+def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> str:
+    out: list[str] = []
+    t = d["trace"]
+    steps = d["steps"]
+    out.append(f"ridgescope report: {t['path']}")
+    out.append(f"  device {d['device']}, {len(steps)} step(s), {t['events']:,} events, "
+               f"{t['duration_ns'] / 1e9:.2f} s recorded")
+    out.append("")
+    out.extend(_model_lines(d))
+    if d["model"].get("parameters") is not None or d["optimizer"].get("type"):
+        out.append("")
+
+    p = d["peak"]
+    total = p["bytes"]
+    where = " > ".join(p["phase_stack"]) if p["phase_stack"] else "idle (outside any phase)"
+    out.append(f"Peak: {format_bytes(total)} live in step {p['step']}, during {where}")
+    for name, value in sorted(p["by_category"].items(), key=lambda kv: -kv[1]):
+        if value == 0:
+            continue
+        inferred = p["inferred_by_category"].get(name, 0)
+        note = f"  ({format_bytes(inferred)} inferred from lifetimes)" if inferred else ""
+        out.append(f"  {name:<16} {format_bytes(value):>10}  {100 * value / total:5.1f}%{note}")
+    unknown = p["by_category"].get("unknown", 0)
+    if total and unknown / total >= 0.01:
+        out.append(f"  note: {100 * unknown / total:.1f}% of the peak is unattributed (unknown)")
+    out.append("")
+
+    if p["top_blocks"]:
+        out.append("Largest blocks live at the peak:")
+        for b in p["top_blocks"][:max_blocks]:
+            out.append(f"  {format_bytes(b['bytes']):>10}  {b['category']:<16} {b['label']}"
+                       f"  [allocated in {b['phase_allocated']}, step {b['step_allocated']}]")
+        out.append("")
+
+    if steps:
+        out.append("Per step and phase (bytes at start -> end, own peak, composition at that peak):")
+        shown = steps if len(steps) <= max_steps else steps[:max_steps - 1] + steps[-1:]
+        for s in shown:
+            if s is shown[-1] and len(steps) > max_steps:
+                out.append(f"  ... {len(steps) - max_steps + 1} step(s) not shown (see the JSON report)")
+            out.append(f"  step {s['step']}{'' if s['complete'] else ' (incomplete)'}: peak "
+                       f"{format_bytes(s['peak_bytes'])}")
+            for ph in s["phases"]:
+                indent = "  " * ph["depth"]
+                idx = f"#{ph['index']}" if ph["index"] else ""
+                out.append(f"    {indent}{ph['phase'] + idx:<18} {format_bytes(ph['start_bytes']):>10} -> "
+                           f"{format_bytes(ph['end_bytes']):>10}  peak {format_bytes(ph['peak_bytes']):>10}  "
+                           f"{_composition(ph['peak_by_category'], ph['peak_bytes'])}")
+        out.append("")
+
+    if d["warnings"]:
+        out.append("Warnings:")
+        for w in d["warnings"]:
+            out.append(f"  ! {w['message']}")
+        out.append("")
+    c = d["consistency"]
+    if c["samples"]:
+        verdict = "all agree" if c["mismatches"] == 0 else f"{c['mismatches']} disagree"
+        out.append(f"Checked against the allocator's own count at {c['samples']} phase boundaries: {verdict}.")
+    return "\n".join(out).rstrip() + "\n"
