@@ -6,6 +6,7 @@
 #include "ridgescope/category.h"
 #include "ridgescope/trace_format.h"
 #include "ridgescope/trace_reader.h"
+#include "cpu_allocator_source.h"
 #include "tracking_session.h"
 
 namespace py = pybind11;
@@ -75,6 +76,11 @@ PYBIND11_MODULE(_C, m) {
       "Analyse a trace file; returns the report as JSON text.");
   m.def("read_events", &read_events, py::arg("path"), py::arg("limit") = SIZE_MAX,
         "Decode a trace's events as dicts (for inspection and tests).");
+
+  m.def("_cpu_allocator_installed", &ridgescope::sources::cpu_allocator_source_installed,
+        "Whether ridgescope's tracking CPU allocator is registered now (for tests).");
+  m.def("_cpu_live_bytes", &ridgescope::sources::cpu_live_bytes,
+        "The CPU source's own count of live bytes in the running session (for tests).");
 
   py::class_<TrackingSession>(m, "Session")
       .def(py::init<const std::string&>(), py::arg("path"))

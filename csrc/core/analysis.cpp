@@ -530,24 +530,32 @@ void add_warnings(Report& report) {
                                    ". The report covers the readable prefix.",
                                0, 0});
   }
-  for (const StepStats& s : report.steps) {
+  for (std::size_t si = 0; si < report.steps.size(); ++si) {
+    const StepStats& s = report.steps[si];
+    bool found = false;
     for (const PhaseStats& p : s.phases) {
       if (p.phase != "optimizer_step") continue;
       const auto i = category_index(Category::OptimizerState);
-      if (p.end_by_category[i] > p.start_by_category[i]) {
-        const std::uint64_t created = p.end_by_category[i] - p.start_by_category[i];
-        report.warnings.push_back(
-            {"lazy_optimizer_state",
-             "The optimizer step of step " + std::to_string(p.step) + " created " +
-                 detail::format_bytes(created) +
-                 " of optimizer state lazily. Memory at that step rises above every earlier "
-                 "step, so a run that survives forward and backward can still run out of memory "
-                 "there; size the device for the steady state, not for the first "
-                 "forward/backward.",
-             created, p.step});
-        return;
+      if (p.end_by_category[i] <= p.start_by_category[i]) continue;
+      const std::uint64_t created = p.end_by_category[i] - p.start_by_category[i];
+      std::string message = "The optimizer step of step " + std::to_string(p.step) +
+                            " created " + detail::format_bytes(created) +
+                            " of optimizer state lazily (it did not exist before that step).";
+      if (si + 1 < report.steps.size()) {
+        const StepStats& next = report.steps[si + 1];
+        message += " From then on it is live during forward and backward as well: step " +
+                   std::to_string(next.step) + " peaks at " + detail::format_bytes(next.peak_bytes) +
+                   " against " + detail::format_bytes(s.peak_bytes) + " for step " +
+                   std::to_string(s.step) + ".";
       }
+      message += " A run that fits its first forward and backward can still run out of memory "
+                 "at the first optimizer step or in the step after it: size memory for the "
+                 "steady state.";
+      report.warnings.push_back({"lazy_optimizer_state", std::move(message), created, p.step});
+      found = true;
+      break;
     }
+    if (found) break;
   }
   if (report.consistency.mismatches > 0) {
     report.warnings.push_back(

@@ -188,6 +188,10 @@ std::uint64_t register_cpu_storage(c10::StorageImpl* storage) {
   return bytes;
 }
 
+bool cpu_allocator_source_installed() {
+  return c10::GetCPUAllocator() == &tracking_allocator();
+}
+
 std::uint64_t cpu_live_bytes() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_live_bytes;

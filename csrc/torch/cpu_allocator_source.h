@@ -34,6 +34,9 @@ void uninstall_cpu_allocator_source();
 // not a CPU storage.
 std::uint64_t register_cpu_storage(c10::StorageImpl* storage);
 
+// Whether the tracking allocator is the registered CPU allocator now.
+bool cpu_allocator_source_installed();
+
 // Bytes of CPU blocks live now by the source's own count (independent of the trace and of the
 // ledger that replays it).
 std::uint64_t cpu_live_bytes();
