@@ -45,6 +45,10 @@ class CMakeBuild(build_ext):
         subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build_dir), *generator, *args], check=True)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
         subprocess.run(["cmake", "--build", str(build_dir), "--target", "_C", "-j", jobs], check=True)
+        # Unlink the old module first: processes that have it loaded keep their copy, where
+        # overwriting the file in place would change the pages under them.
+        for old in target.parent.glob("_C*.so"):
+            old.unlink()
         subprocess.run(["cmake", "--install", str(build_dir), "--component", "Unspecified"], check=True)
 
 

@@ -43,6 +43,8 @@ class TrackingSession {
   void phase_begin(std::uint32_t name_id) noexcept;
   void phase_end(std::uint32_t name_id) noexcept;
   void step(std::uint64_t step) noexcept;
+  // Writes everything recorded so far to the trace file and returns when it is there.
+  void flush() noexcept { recorder_.flush(); }
   // Records the allocator's own live-byte count, checked against the ledger by the analysis.
   void sample_allocator() noexcept;
 

@@ -115,6 +115,12 @@ class Session:
         """The recorder's own figures: events, bytes written, its peak buffer bytes."""
         return dict(self._native.stats()) if self._native is not None else {}
 
+    def flush(self) -> None:
+        """Writes everything recorded so far to the trace file (it is also written every
+        100 ms in the background, so a killed process leaves a readable trace)."""
+        if self._native is not None and self.active:
+            self._native.flush()
+
     def report(self, top_blocks: int = 20) -> Report:
         """The report of this session (stops it first if it is still running)."""
         if self.active:

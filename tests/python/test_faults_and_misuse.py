@@ -1,0 +1,149 @@
+"""Specification: internal errors never reach the training loop; misuse and bad input get a
+clear error at the call; corrupt traces never crash."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import ridgescope as rs
+from ridgescope import _C
+from conftest import make_mlp, mlp_batch, mlp_loss, train
+
+
+def run_with_fault(kind: str, trace_path, when_step: int = 1):
+    model = make_mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with rs.track(model=model, optimizer=opt, out=trace_path) as session:
+            for step in range(4):
+                if step == when_step:
+                    session.flush()  # what came before the fault is on disk, as after 100 ms
+                    session._native.inject_fault(kind)
+                losses += train(model, opt, lambda i: mlp_batch(16, step), mlp_loss, steps=1)
+    return session, losses, [w for w in caught if "ridgescope" in str(w.message)]
+
+
+@pytest.mark.parametrize("kind", ["tag", "write"])
+def test_an_internal_error_warns_once_stops_recording_and_training_goes_on(kind, trace_path):
+    """Given a fault injected inside the session (a failing tag, a failing trace write),
+    then training finishes with the same losses, one warning is issued, the session says why,
+    and the trace holds what was recorded before the fault."""
+    model = make_mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    expected = []
+    for step in range(4):
+        expected += train(model, opt, lambda i: mlp_batch(16, step), mlp_loss, steps=1)
+
+    session, losses, caught = run_with_fault(kind, trace_path)
+    assert losses == expected
+    assert len(caught) == 1
+    assert "stopped recording" in str(caught[0].message)
+    assert session.error and ("injected" in session.error)
+    assert not _C._cpu_allocator_installed()  # the allocator was restored at the fault
+    report = rs.load(trace_path).to_dict()
+    assert len(report["steps"]) >= 1
+    assert report["steps"][0]["complete"]
+
+
+def test_nested_sessions_are_refused_at_the_call(tmp_path):
+    with rs.track(out=tmp_path / "a.rstrace"):
+        with pytest.raises(rs.RidgescopeError, match="already tracking"):
+            with rs.track(out=tmp_path / "b.rstrace"):
+                pass
+    with rs.track(out=tmp_path / "c.rstrace"):  # the first one ended cleanly
+        pass
+
+
+def test_a_model_that_is_not_a_module_is_refused(tmp_path):
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        rs.track(model=lambda x: x, out=tmp_path / "a.rstrace")
+    with pytest.raises(TypeError, match="torch.optim.Optimizer"):
+        rs.track(optimizer=[1, 2], out=tmp_path / "a.rstrace")
+
+
+def test_an_unwritable_output_path_is_refused_at_the_call(tmp_path):
+    with pytest.raises(rs.RidgescopeError, match="does not exist"):
+        with rs.track(out=tmp_path / "missing-dir" / "run.rstrace"):
+            pass
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    target = ro / "run.rstrace"
+    try:
+        if not target.parent.stat().st_mode & 0o200 and __import__("os").geteuid() == 0:
+            target = tmp_path / "is-a-dir"
+            target.mkdir()
+        with pytest.raises(rs.RidgescopeError, match="cannot write"):
+            with rs.track(out=target):
+                pass
+    finally:
+        ro.chmod(0o700)
+    assert rs.active_session() is None
+
+
+def test_phase_outside_a_session_is_a_no_op():
+    with rs.phase("checkpoint"):
+        x = torch.ones(3)
+    assert x.sum().item() == 3
+    with pytest.raises(TypeError):
+        with rs.phase(""):
+            pass
+
+
+def make_trace(path):
+    model = make_mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with rs.track(model=model, optimizer=opt, out=path):
+        train(model, opt, lambda i: mlp_batch(16, i), mlp_loss, steps=3)
+    return path.read_bytes()
+
+
+def test_a_truncated_trace_gives_its_readable_prefix_with_a_warning(trace_path):
+    data = make_trace(trace_path)
+    trace_path.write_bytes(data[: len(data) * 2 // 3])
+    r = rs.load(trace_path).to_dict()
+    assert r["trace"]["truncated"]
+    assert r["trace"]["truncated_at"] >= 16
+    assert any(w["kind"] == "truncated_trace" and "byte offset" in w["message"] for w in r["warnings"])
+
+
+def test_a_corrupt_byte_is_reported_with_its_offset(trace_path):
+    data = bytearray(make_trace(trace_path))
+    data[40] ^= 0xFF
+    trace_path.write_bytes(bytes(data))
+    r = rs.load(trace_path).to_dict()
+    assert r["trace"]["truncated"] and "byte offset" in r["trace"]["problem"]
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", "not a ridgescope trace"),
+    (b"hello world, not a trace", "not a ridgescope trace"),
+    (b"\x80\x04\x95" + b"\x00" * 20, "pickle"),
+    (b"RIDGESCP\x07\x00\x00\x00\x00\x00\x00\x00", "version 7"),
+    (b"RIDGESCP\x01\x00", "truncated inside its file header"),
+])
+def test_files_that_are_not_traces_get_a_clear_error(tmp_path, content, message):
+    path = tmp_path / "bad.rstrace"
+    path.write_bytes(content)
+    with pytest.raises(rs.TraceFormatError, match=message):
+        rs.load(path)
+
+
+def test_random_garbage_after_a_valid_header_never_crashes(tmp_path):
+    import random
+    rng = random.Random(1234)
+    path = tmp_path / "fuzz.rstrace"
+    real = make_trace(tmp_path / "real.rstrace")
+    for i in range(200):
+        data = bytearray(real)
+        for _ in range(rng.randint(1, 8)):
+            data[rng.randrange(16, len(data))] = rng.randrange(256)
+        if i % 3 == 0:
+            data = data[: rng.randrange(16, len(data))]
+        path.write_bytes(bytes(data))
+        r = rs.load(path).to_dict()  # a report of the readable prefix, never a crash
+        assert r["schema_version"] == 1
