@@ -1,0 +1,73 @@
+"""Specification of the `ridgescope report` command."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import ridgescope as rs
+from conftest import make_mlp, mlp_batch, mlp_loss, train
+
+
+@pytest.fixture
+def trace(tmp_path):
+    path = tmp_path / "run.rstrace"
+    model = make_mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with rs.track(model=model, optimizer=opt, out=path):
+        train(model, opt, lambda i: mlp_batch(16, i), mlp_loss, steps=2)
+    return path
+
+
+def ridgescope(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ridgescope.cli", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_report_prints_the_text_report(trace):
+    out = ridgescope("report", str(trace))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == rs.load(trace).summary()
+    assert "Peak:" in out.stdout and "AdamW" in out.stdout
+
+
+def test_report_json_is_the_same_report(trace, tmp_path):
+    target = tmp_path / "r.json"
+    out = ridgescope("report", str(trace), "--format", "json", "-o", str(target))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(target.read_text()) == rs.load(trace).to_dict()
+
+
+def test_the_console_script_is_installed(trace):
+    exe = sys.executable.rsplit("/", 1)[0] + "/ridgescope"
+    out = subprocess.run([exe, "report", str(trace)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("content", [None, b"garbage", b"\x80\x04garbage"])
+def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path, content):
+    path = tmp_path / "bad.rstrace"
+    if content is not None:
+        path.write_bytes(content)
+    out = ridgescope("report", str(path))
+    assert out.returncode == 1
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("ridgescope report: error:")
+
+
+def test_a_truncated_trace_reports_its_prefix_and_warns(trace):
+    data = trace.read_bytes()
+    trace.write_bytes(data[: len(data) // 2])
+    out = ridgescope("report", str(trace))
+    assert out.returncode == 0
+    assert "warning: The trace is incomplete" in out.stderr
+
+
+def test_usage_errors_exit_2_with_help():
+    out = ridgescope("report", "x.rstrace", "--format", "pdf")
+    assert out.returncode == 2 and "invalid choice" in out.stderr
+    out = ridgescope("--help")
+    assert out.returncode == 0 and "report" in out.stdout
