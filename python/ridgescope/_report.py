@@ -84,6 +84,9 @@ def _finish(data: dict[str, Any]) -> dict[str, Any]:
             continue
         if key == "run" and isinstance(value, dict):
             run = value
+        elif key == "session" and isinstance(value, dict):
+            data["recorder"] = {k: value[k] for k in ("events", "dropped_events", "bytes_written",
+                                                      "buffer_bytes_peak") if isinstance(value.get(k), int)}
     data["run"] = {k: run[k] for k in ("ridgescope_version", "torch_version", "python_version",
                                        "argv") if k in run}
     data["model"] = _model_section(data, run)

@@ -86,6 +86,9 @@ class Session:
         if self._instr is not None:
             self._instr.remove()
         if self._native is not None:
+            if self._native.active:
+                # ridgescope's own cost, bounded and reported (design.md §7)
+                self._native.metadata("session", json.dumps(dict(self._native.stats())))
             self._native.stop()
             if self._instr is not None:
                 self._instr.check_native()

@@ -99,4 +99,10 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
     if c["samples"]:
         verdict = "all agree" if c["mismatches"] == 0 else f"{c['mismatches']} disagree"
         out.append(f"Checked against the allocator's own count at {c['samples']} phase boundaries: {verdict}.")
+    rec = d.get("recorder")
+    if rec:
+        dropped = f", {rec['dropped_events']:,} dropped" if rec.get("dropped_events") else ""
+        out.append(f"ridgescope's own cost: {rec['events']:,} events{dropped}, a "
+                   f"{format_bytes(rec['bytes_written'])} trace, at most "
+                   f"{format_bytes(rec['buffer_bytes_peak'])} of recording buffer.")
     return "\n".join(out).rstrip() + "\n"

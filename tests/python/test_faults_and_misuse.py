@@ -147,3 +147,50 @@ def test_random_garbage_after_a_valid_header_never_crashes(tmp_path):
         path.write_bytes(bytes(data))
         r = rs.load(path).to_dict()  # a report of the readable prefix, never a crash
         assert r["schema_version"] == 1
+
+
+KILLED_SCRIPT = r"""
+import sys, time, torch
+sys.path.insert(0, {examples!r})
+import ridgescope as rs
+from models import MLP
+torch.manual_seed(0)
+model = MLP(d_in=128, hidden=256, d_out=10)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with rs.track(model=model, optimizer=opt, out={path!r}):
+    step = 0
+    while True:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(torch.randn(16, 128)), torch.randint(0, 10, (16,))).backward()
+        opt.step()
+        step += 1
+        if step == 5:
+            print("five steps", flush=True)
+        time.sleep(0.01)
+"""
+
+
+def test_a_killed_process_leaves_a_readable_trace(trace_path):
+    """Given a training process killed with SIGKILL mid-run (no chance to close anything),
+    then its trace opens and reports the steps recorded up to the last background flush."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    examples = str(Path(__file__).resolve().parents[2] / "examples")
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_SCRIPT.format(examples=examples, path=str(trace_path))],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "five steps"
+        time.sleep(0.5)  # several flush intervals
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    r = rs.load(trace_path).to_dict()
+    complete = [s for s in r["steps"] if s["complete"]]
+    assert len(complete) >= 5
+    for s in complete:
+        assert [p["phase"] for p in s["phases"]] == ["zero_grad", "forward", "backward", "optimizer_step"]
+    assert r["consistency"]["mismatches"] == 0
