@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -268,10 +269,7 @@ class ReplayPass {
         case EventKind::Sample:
           if (e.device == device_) on_sample(e);
           break;
-        case EventKind::Metadata:
-          report_.metadata.emplace_back(std::string(reader.string(e.string_id)),
-                                        std::string(e.text));
-          break;
+        case EventKind::Metadata: on_metadata(std::string(reader.string(e.string_id)), e.text); break;
         case EventKind::String: break;
       }
       last_time_ = e.time_ns;
@@ -324,6 +322,7 @@ class ReplayPass {
     const std::uint64_t id = next_block_id_++;
     if (e.device != device_) return;
     ++report_.allocations;
+    step_stats();  // open the step first, so its start_bytes exclude this block
     const Resolved& r = id < resolved_.size() ? resolved_[id] : kUnknown;
     LiveBlock b;
     b.bytes = e.bytes;
@@ -343,19 +342,22 @@ class ReplayPass {
   }
 
   void on_free(const Event& e) {
+    step_stats();
     const auto block = ledger_.on_free(e.addr);
     if (!block) return;
     ++report_.frees;
     alloc_step_.erase(block->block_id);
     for (std::size_t i = 0; i < open_phases_.size(); ++i) phase_at(i).freed_bytes += block->bytes;
-    step_stats();
   }
 
   void on_tag(const Event& e) {
     ++report_.tags;
-    if (e.flags & kTagWeak) return;  // weak tags were settled in pass 1
     const LiveBlock* b = ledger_.find(e.addr);
-    if (b == nullptr) return;
+    if (b == nullptr) {
+      ledger_.set_category(e.addr, e.category, e.string_id);  // counts the unknown address
+      return;
+    }
+    if (e.flags & kTagWeak) return;  // weak tags were settled in pass 1
     if (b->category != e.category || (e.string_id != 0 && b->label_id != e.string_id)) {
       ledger_.set_category(e.addr, e.category, e.string_id);
     }
@@ -433,6 +435,17 @@ class ReplayPass {
     }
   }
 
+  // A key recorded again replaces the earlier value (the last one wins), keeping first order.
+  void on_metadata(std::string key, std::string_view text) {
+    for (auto& [k, v] : report_.metadata) {
+      if (k == key) {
+        v.assign(text.data(), text.size());
+        return;
+      }
+    }
+    report_.metadata.emplace_back(std::move(key), std::string(text));
+  }
+
   std::string fallback_label(const LiveBlock& b) const {
     return std::string(category_name(b.category)) + " allocated in " + phase_name(b.alloc_phase_id);
   }
@@ -450,11 +463,13 @@ class ReplayPass {
 
     std::vector<std::pair<std::uint64_t, const LiveBlock*>> blocks;
     blocks.reserve(ledger_.live_blocks());
-    absl::flat_hash_map<std::pair<std::uint32_t, Category>, LabelBytes> labels;
+    // Labelled blocks group by label; unlabelled ones by the phase that allocated them, which
+    // is what their fallback label names.
+    absl::flat_hash_map<std::tuple<std::uint32_t, std::uint32_t, Category>, LabelBytes> labels;
     ledger_.for_each_live([&](std::uint64_t addr, const LiveBlock& b) {
       blocks.emplace_back(addr, &b);
       if (id_inferred(b.block_id)) peak.inferred_by_category[category_index(b.category)] += b.bytes;
-      auto& l = labels[{b.label_id, b.category}];
+      auto& l = labels[{b.label_id, b.label_id ? 0u : b.alloc_phase_id, b.category}];
       l.category = b.category;
       l.bytes += b.bytes;
       ++l.blocks;
@@ -591,7 +606,10 @@ Report analyze_trace(const std::string& path, const AnalysisOptions& options) {
   std::uint64_t best = 0;
   bool has_peak = false;
   std::uint64_t peak_seq = 0;
-  for (const auto& [code, peak] : lifetimes.peaks()) {
+  std::vector<std::pair<std::uint64_t, LifetimePass::DevicePeak>> peaks(lifetimes.peaks().begin(),
+                                                                          lifetimes.peaks().end());
+  std::sort(peaks.begin(), peaks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [code, peak] : peaks) {
     report.devices_seen.push_back(device_from_code(code));
     const Device d = device_from_code(code);
     if (options.device ? d == *options.device : (!has_peak || peak.peak > best)) {
@@ -602,9 +620,6 @@ Report analyze_trace(const std::string& path, const AnalysisOptions& options) {
     }
   }
   if (options.device) device = *options.device;
-  std::sort(report.devices_seen.begin(), report.devices_seen.end(), [](Device a, Device b) {
-    return device_code(a) < device_code(b);
-  });
   report.device = device;
 
   reader.rewind();

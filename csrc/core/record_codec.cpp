@@ -128,6 +128,13 @@ DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock&
   const std::string_view payload = chunk.substr(p, length);
   *pos = p + length;
   if (kind_byte < 1 || kind_byte > static_cast<std::uint8_t>(EventKind::Metadata)) {
+    // Forward compatibility: kinds below 64 (but String and Metadata) begin with the time delta,
+    // so a reader that skips one still keeps the clock right.
+    std::uint64_t dt;
+    std::size_t q = 0;
+    if (kind_byte < 64 && get_varint(payload, &q, &dt)) {
+      clock.last_time_ns += static_cast<std::uint64_t>(unzigzag(dt));
+    }
     return DecodeStatus::UnknownKind;
   }
   Event e;

@@ -22,8 +22,18 @@ std::uint32_t this_thread_number() noexcept {
 
 }  // namespace
 
+namespace {
+RecorderOptions clamp(RecorderOptions o) {
+  // Chunks must stay readable: well under the readers' limit, and never empty.
+  if (o.chunk_bytes > trace_format::kMaxChunkBytes / 4) o.chunk_bytes = trace_format::kMaxChunkBytes / 4;
+  if (o.chunk_bytes == 0) o.chunk_bytes = 1;
+  if (o.flush_interval_ms == 0) o.flush_interval_ms = 1;
+  return o;
+}
+}  // namespace
+
 Recorder::Recorder(const std::string& path, RecorderOptions options)
-    : path_(path), options_(options), origin_ns_(monotonic_now_ns()) {
+    : path_(path), options_(clamp(options)), origin_ns_(monotonic_now_ns()) {
   file_ = std::fopen(path.c_str(), "wb");
   if (file_ == nullptr) {
     throw std::runtime_error("ridgescope: cannot write the trace file '" + path +
@@ -52,20 +62,25 @@ void Recorder::record(Event event) noexcept {
   event.time_ns = monotonic_now_ns() - origin_ns_;
   event.thread = this_thread_number();
   append_locked(event);
+  wait_for_room(lock);
+}
+
+void Recorder::record_timed(Event event) noexcept {
+  std::unique_lock<std::mutex> lock(mutex_);
+  append_locked(event);
+  wait_for_room(lock);
+}
+
+void Recorder::wait_for_room(std::unique_lock<std::mutex>& lock) noexcept {
   // Bounded memory: wait for the writer rather than grow without limit.
-  while (queue_.size() > options_.max_queued_chunks && !failed_ && !closed_) {
+  while (queue_.size() > options_.max_queued_chunks && !failed_ && !closed_ && !closing_) {
     written_.wait(lock);
   }
 }
 
-void Recorder::record_timed(Event event) noexcept {
-  std::lock_guard<std::mutex> lock(mutex_);
-  append_locked(event);
-}
-
 std::uint32_t Recorder::intern(std::string_view text) noexcept {
   if (text.empty()) return 0;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   try {
     auto it = strings_.find(std::string(text));
     if (it != strings_.end()) return it->second;
@@ -76,6 +91,7 @@ std::uint32_t Recorder::intern(std::string_view text) noexcept {
     e.string_id = id;
     e.text = text;
     append_locked(e);
+    wait_for_room(lock);
     return id;
   } catch (...) {
     fail_locked("out of memory while interning a string");
@@ -85,20 +101,28 @@ std::uint32_t Recorder::intern(std::string_view text) noexcept {
 
 void Recorder::metadata(std::string_view key, std::string_view json) noexcept {
   const std::uint32_t key_id = intern(key);
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   Event e;
   e.kind = EventKind::Metadata;
   e.string_id = key_id;
   e.text = json;
   append_locked(e);
+  wait_for_room(lock);
 }
 
 void Recorder::append_locked(const Event& event) {
-  if (failed_ || closed_) {
+  // After close() began nothing more is accepted: the writer is draining its last chunk.
+  if (failed_ || closed_ || closing_) {
+    ++stats_.dropped_events;
+    return;
+  }
+  // A record that would not fit in a chunk a reader accepts is refused (counted as dropped).
+  if (event.text.size() > kMaxRecordBytes) {
     ++stats_.dropped_events;
     return;
   }
   try {
+    if (current_.size() + event.text.size() + 64 > trace_format::kMaxChunkBytes) hand_off_locked();
     if (current_.empty()) current_started_ns_ = monotonic_now_ns();
     detail::CodecClock clock{codec_time_ns_};
     detail::encode_record(event, clock, current_);
@@ -173,7 +197,7 @@ void Recorder::flush() noexcept {
   std::unique_lock<std::mutex> lock(mutex_);
   if (closed_) return;
   hand_off_locked();
-  written_.wait(lock, [this] { return (queue_.empty() && !writing_) || failed_; });
+  written_.wait(lock, [this] { return (queue_.empty() && !writing_) || failed_ || closed_; });
 }
 
 void Recorder::close() noexcept {

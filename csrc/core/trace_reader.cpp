@@ -8,6 +8,9 @@
 #include "ridgescope/trace_format.h"
 
 namespace ridgescope {
+namespace {
+constexpr std::uint32_t kMaxStrings = 16'000'000;
+}  // namespace
 
 TraceReader::TraceReader(const std::string& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "rb");
@@ -109,9 +112,9 @@ bool TraceReader::load_chunk() {
 bool TraceReader::next(Event& out) {
   while (!done_) {
     if (pos_ >= chunk_.size() || chunk_records_left_ == 0) {
-      if (pos_ != chunk_.size() && chunk_records_left_ == 0) {
-        stop(chunk_offset_ + pos_, "corrupt trace: chunk holds more records than its header says "
-                                   "(byte offset " + std::to_string(chunk_offset_ + pos_) + ")");
+      if (pos_ != chunk_.size() || chunk_records_left_ != 0) {
+        stop(chunk_offset_ + pos_, "corrupt trace: the chunk's record count disagrees with its "
+                                   "contents (byte offset " + std::to_string(chunk_offset_ + pos_) + ")");
         return false;
       }
       if (!load_chunk()) return false;
@@ -128,15 +131,19 @@ bool TraceReader::next(Event& out) {
                std::to_string(chunk_offset_ + record_start));
       return false;
     }
+    last_time_ns_ = clock.last_time_ns;  // unknown timed kinds advance the clock too
     if (status == detail::DecodeStatus::UnknownKind) {
       ++skipped_records_;
       continue;
     }
-    last_time_ns_ = clock.last_time_ns;
-    if (e.kind == EventKind::String) {
+    if (e.kind == EventKind::String || e.kind == EventKind::Metadata) {
+      e.time_ns = last_time_ns_;  // untimed records happen "now"
+    }
+    if (e.kind == EventKind::String && e.string_id != 0) {  // id 0 is always ""
       if (e.string_id >= strings_.size()) {
-        // Ids are dense in a well-formed trace; cap growth so a hostile id cannot exhaust memory.
-        if (e.string_id > strings_.size() + 1'000'000) {
+        // Ids are dense in a well-formed trace; cap the table so a hostile file cannot exhaust
+        // memory.
+        if (e.string_id > strings_.size() + 1'000'000 || e.string_id > kMaxStrings) {
           stop(chunk_offset_ + record_start, "corrupt trace: string id out of range at byte offset " +
                                                  std::to_string(chunk_offset_ + record_start));
           return false;
@@ -159,6 +166,7 @@ void TraceReader::rewind() {
   chunk_records_left_ = 0;
   seq_ = 0;
   last_time_ns_ = 0;
+  skipped_records_ = 0;
   done_ = false;
   truncated_ = false;
   truncated_at_ = 0;

@@ -5,8 +5,10 @@
 // (no other lock is ever taken while holding it), never throws, never calls torch or Python and
 // allocates only through the C++ heap into a bounded buffer. A background thread writes full
 // chunks and flushes a partial one every flush interval, so a process killed mid-run leaves a
-// readable prefix. When the writer falls behind by more than the queue bound, record() waits for
-// it: memory stays bounded (about kMaxQueuedChunks x the chunk size).
+// readable prefix. When the writer falls behind by more than the queue bound, every append
+// (record, record_timed, intern, metadata) waits for it: memory stays bounded (about
+// max_queued_chunks x the chunk size). A String or Metadata text over kMaxRecordBytes is
+// dropped and counted. Once close() has begun, further events are dropped and counted.
 //
 // An I/O error never propagates: the recorder marks itself failed, counts what it drops, and
 // failed()/error() say why. Thread-safety: every member function is safe from any thread.
@@ -35,13 +37,18 @@ struct RecorderStats {
 };
 
 struct RecorderOptions {
-  std::uint32_t chunk_bytes = 256 * 1024;  // bytes of payload per chunk before it is handed off
+  // Bytes of payload per chunk before it is handed off (capped at a quarter of the readers'
+  // chunk limit).
+  std::uint32_t chunk_bytes = 256 * 1024;
   std::uint32_t flush_interval_ms = 100;   // a partial chunk older than this is written
   std::uint32_t max_queued_chunks = 64;    // memory bound: record() waits beyond this
 };
 
 class Recorder {
  public:
+  // Largest text a String or Metadata record may carry (bytes); larger ones are dropped.
+  static constexpr std::size_t kMaxRecordBytes = 16 * 1024 * 1024;
+
   // Creates (truncates) `path` and writes the file header. Throws std::runtime_error naming the
   // path and the system's reason when the file cannot be written.
   explicit Recorder(const std::string& path, RecorderOptions options = {});
@@ -81,6 +88,7 @@ class Recorder {
 
  private:
   void append_locked(const Event& event);
+  void wait_for_room(std::unique_lock<std::mutex>& lock) noexcept;
   void hand_off_locked();
   void writer_loop();
   bool write_chunk(const std::string& payload, std::uint32_t records);

@@ -301,3 +301,72 @@ SCENARIO("the device with the highest peak is reported unless one is asked for",
   CHECK(analyze_trace(path.str(), cpu).peak.bytes == 100);
   CHECK(analyze_trace(path.str()).devices_seen.size() == 2);
 }
+
+SCENARIO("records without a time of their own never move the clock back", "[core][analysis]") {
+  GIVEN("a trace whose last record is metadata, with a phase left open") {
+    TempPath path;
+    {
+      TraceBuilder t(path.str());
+      t.begin("forward").alloc(0x100, 10);
+      t.metadata("run", "{}");
+    }
+    const Report r = analyze_trace(path.str());
+    THEN("the duration and the open phase's end are the last timed instant") {
+      CHECK(r.trace.duration_ns > 0);
+      const auto& fwd = r.steps.at(0).phases.at(0);
+      CHECK_FALSE(fwd.complete);
+      CHECK(fwd.end_time_ns >= fwd.begin_time_ns);
+    }
+  }
+}
+
+SCENARIO("a step's start excludes the allocation that opens it", "[core][analysis]") {
+  TempPath path;
+  {
+    TraceBuilder t(path.str());
+    t.alloc(0x100, 100).step(0).alloc(0x200, 50).step(1);
+  }
+  const Report r = analyze_trace(path.str());
+  REQUIRE(r.steps.size() == 2);
+  CHECK(r.steps[0].start_bytes == 0);
+  CHECK(r.steps[0].end_bytes == 100);
+  CHECK(r.steps[1].start_bytes == 100);
+  CHECK(r.steps[1].peak_bytes == 150);
+}
+
+SCENARIO("metadata recorded twice under one key keeps the last value", "[core][analysis]") {
+  TempPath path;
+  {
+    TraceBuilder t(path.str());
+    t.metadata("run", "{\"v\":1}").metadata("other", "{}").metadata("run", "{\"v\":2}");
+  }
+  const Report r = analyze_trace(path.str());
+  REQUIRE(r.metadata.size() == 2);
+  CHECK(r.metadata[0].first == "run");
+  CHECK(r.metadata[0].second == "{\"v\":2}");
+}
+
+SCENARIO("tags for addresses that are not live are counted", "[core][analysis]") {
+  TempPath path;
+  {
+    TraceBuilder t(path.str());
+    t.tag(0xdead, Category::Gradient, "grad of nothing").tag(0xbeef, Category::Activation, "", true);
+  }
+  CHECK(analyze_trace(path.str()).anomalies.unknown_tags == 2);
+}
+
+SCENARIO("unlabelled blocks at the peak are grouped by the phase that made them", "[core][analysis]") {
+  TempPath path;
+  {
+    TraceBuilder t(path.str());
+    t.alloc(0x100, 10);  // idle, never freed: unknown
+    t.begin("forward").alloc(0x200, 20).end("forward");
+    t.begin("eval").alloc(0x300, 30).end("eval");
+  }
+  const Report r = analyze_trace(path.str());
+  std::vector<std::pair<std::string, std::uint64_t>> got;
+  for (const auto& l : r.peak.by_label) got.emplace_back(l.label, l.bytes);
+  CHECK(got == std::vector<std::pair<std::string, std::uint64_t>>{
+                   {"unknown allocated in eval", 30}, {"unknown allocated in forward", 20},
+                   {"unknown allocated in idle", 10}});
+}

@@ -102,3 +102,13 @@ SCENARIO("strings are interned once", "[core][recorder]") {
   rec.close();
   CHECK(count_events(path.str()) == 2);
 }
+
+SCENARIO("a metadata text too large for any chunk is dropped, not written", "[core][recorder]") {
+  TempPath path;
+  Recorder rec(path.str());
+  rec.metadata("big", std::string(Recorder::kMaxRecordBytes + 1, 'x'));
+  rec.record(alloc_event(0x100, 8));
+  rec.close();
+  CHECK(rec.stats().dropped_events == 1);
+  CHECK(count_events(path.str()) == 2);  // the key's string and the alloc
+}

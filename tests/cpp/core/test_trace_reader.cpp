@@ -191,12 +191,12 @@ SCENARIO("files that are not traces are refused with a clear error", "[core][tra
 }
 
 SCENARIO("records of a kind this version does not know are skipped", "[core][trace]") {
-  GIVEN("a chunk holding an unknown kind 99 between two allocs") {
+  GIVEN("a chunk holding an untimed kind 99 and a timed kind 40 (+1000 ns) between allocs") {
     TempPath path;
     std::string payload;
     auto alloc = [&](std::uint64_t addr) {
       std::string p;
-      detail::put_varint(p, 0);        // dt
+      detail::put_varint(p, 10);       // dt: +5 ns, zigzag encoded
       detail::put_varint(p, 0);        // device type
       detail::put_varint(p, 0);        // device index + 1
       detail::put_varint(p, addr);
@@ -212,25 +212,56 @@ SCENARIO("records of a kind this version does not know are skipped", "[core][tra
     payload.push_back(99);
     detail::put_varint(payload, 3);
     payload += "xyz";
+    payload.push_back(40);
+    detail::put_varint(payload, 3);
+    detail::put_varint(payload, 2000);  // dt +1000 ns, zigzag: two bytes
+    payload += "z";
     alloc(0x200);
     std::string file(trace_format::kFileMagic, 8);
     file += std::string("\x01\x00\x00\x00\x00\x00\x00\x00", 8);
     char header[16];
     detail::put_u32(header, trace_format::kChunkMagic);
     detail::put_u32(header + 4, static_cast<std::uint32_t>(payload.size()));
-    detail::put_u32(header + 8, 3);
+    detail::put_u32(header + 8, 4);
     detail::put_u32(header + 12, detail::crc32(payload));
     file.append(header, 16);
     file += payload;
     write_all(path.str(), file);
     TraceReader reader(path.str());
     auto events = read_events(reader);
-    THEN("both allocs are read and one record is counted as skipped") {
+    THEN("both allocs are read, the timed unknown kind still advanced the clock") {
       REQUIRE(events.size() == 2);
       CHECK(events[0].addr == 0x100);
       CHECK(events[1].addr == 0x200);
-      CHECK(reader.skipped_records() == 1);
+      CHECK(events[0].time_ns == 5);
+      CHECK(events[1].time_ns == 5 + 1000 + 5);
+      CHECK(reader.skipped_records() == 2);
       CHECK_FALSE(reader.truncated());
+    }
+  }
+}
+
+SCENARIO("a chunk whose record count disagrees with its contents is corrupt", "[core][trace]") {
+  GIVEN("a valid trace whose first chunk header claims one record more than it holds") {
+    TempPath path;
+    {
+      Recorder rec(path.str());
+      Event e;
+      e.kind = EventKind::Alloc;
+      e.addr = 0x10;
+      e.bytes = 8;
+      rec.record(e);
+    }
+    std::string data = read_all(path.str());
+    const auto records = detail::get_u32(&data[trace_format::kFileHeaderBytes + 8]);
+    detail::put_u32(&data[trace_format::kFileHeaderBytes + 8], records + 1);
+    write_all(path.str(), data);
+    TraceReader reader(path.str());
+    auto events = read_events(reader);
+    THEN("the reader delivers what is there and reports the disagreement") {
+      CHECK(events.size() == records);
+      CHECK(reader.truncated());
+      CHECK_THAT(reader.problem(), Catch::Matchers::Contains("record count"));
     }
   }
 }
