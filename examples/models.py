@@ -64,7 +64,7 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    """A GPT-style decoder: token and position embeddings, pre-norm blocks, a tied head."""
+    """A GPT-style decoder: token and position embeddings, pre-norm blocks, a linear head."""
 
     def __init__(self, vocab: int = 512, d_model: int = 128, n_heads: int = 4, layers: int = 3,
                  seq_len: int = 64, checkpointing: bool = False) -> None:

@@ -158,6 +158,7 @@ class LifetimePass {
       // of that forward (the batch, the targets), not an activation it produced.
       if (p.weak == Category::Activation && have_forward_ && p.alloc_seq < last_forward_begin_seq_) {
         p.weak = Category::Input;
+        p.weak_label = 0;  // the saver's label ("activation saved in ...") would mislead
       }
     }
   }

@@ -261,14 +261,16 @@ class Instrumentation:
         setattr(owner, attr, make(original))
         self._restore.append(lambda: setattr(owner, attr, original))
 
-    def _phase_wrapper(self, phase: str, after: Callable[[], None] | None = None
-                       ) -> Callable[[Any], Any]:
+    def _phase_wrapper(self, phase: str, after: Callable[[], None] | None = None,
+                       before: Callable[..., None] | None = None) -> Callable[[Any], Any]:
         instr = self
 
         def make(original: Any) -> Any:
             @functools.wraps(original)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 opened = instr._guard(instr.begin_phase)(phase, False)
+                if opened and before is not None:
+                    instr._guard(before)(*args, **kwargs)
                 try:
                     return original(*args, **kwargs)
                 finally:
@@ -287,7 +289,8 @@ class Instrumentation:
         self._handles.append(mm.register_module_forward_hook(
             g(lambda m, a, o: self._on_module_post(m, a, {}, o)), always_call=True))
 
-        self._patch(torch.autograd, "backward", self._phase_wrapper("backward", self.tag_gradients))
+        self._patch(torch.autograd, "backward",
+                    self._phase_wrapper("backward", self.tag_gradients, self._tag_loss))
         self._patch(torch.autograd, "grad", self._phase_wrapper("backward"))
         self._patch(torch.optim.Optimizer, "zero_grad", self._phase_wrapper("zero_grad"))
         self._patch(torch.nn.Module, "zero_grad", self._phase_wrapper("zero_grad"))
@@ -310,6 +313,14 @@ class Instrumentation:
             self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(
                 native.pack_saved, _identity)
             self._saved_hooks.__enter__()
+
+    def _tag_loss(self, tensors: Any = None, *args: Any, **kwargs: Any) -> None:
+        """The tensor backward starts from (the loss) is an output of the step's forward."""
+        leaves, _ = tree_flatten(kwargs.get("tensors", tensors))
+        label = self.label("loss")
+        for t in leaves:
+            if isinstance(t, torch.Tensor):
+                self._native.tag(t, "activation", label, True)
 
     def _on_grad(self, p: torch.Tensor, label: int) -> None:
         if p.grad is not None:
