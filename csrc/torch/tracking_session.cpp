@@ -64,28 +64,24 @@ void TrackingSession::metadata(const std::string& key, const std::string& json) 
   recorder_.metadata(key, json);
 }
 
-void TrackingSession::phase_begin(std::uint32_t name_id) noexcept {
+void TrackingSession::marker(EventKind kind, std::uint32_t name_id, std::uint64_t value) noexcept {
   Event e;
-  e.kind = EventKind::PhaseBegin;
+  e.kind = kind;
   e.string_id = name_id;
+  e.value = value;
   recorder_.record(e);
+  check_recorder();
+}
+
+void TrackingSession::phase_begin(std::uint32_t name_id) noexcept {
+  marker(EventKind::PhaseBegin, name_id, 0);
 }
 
 void TrackingSession::phase_end(std::uint32_t name_id) noexcept {
-  Event e;
-  e.kind = EventKind::PhaseEnd;
-  e.string_id = name_id;
-  recorder_.record(e);
-  check_recorder();
+  marker(EventKind::PhaseEnd, name_id, 0);
 }
 
-void TrackingSession::step(std::uint64_t step) noexcept {
-  Event e;
-  e.kind = EventKind::Step;
-  e.value = step;
-  recorder_.record(e);
-  check_recorder();
-}
+void TrackingSession::step(std::uint64_t step) noexcept { marker(EventKind::Step, 0, step); }
 
 void TrackingSession::sample_allocator() noexcept {
   if (active_) sample_allocator_unchecked();

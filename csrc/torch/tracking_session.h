@@ -78,6 +78,7 @@ class TrackingSession {
 
  private:
   void check_recorder() noexcept;
+  void marker(EventKind kind, std::uint32_t name_id, std::uint64_t value) noexcept;
   void sample_allocator_unchecked() noexcept;
 
   Recorder recorder_;
