@@ -1,11 +1,27 @@
 #include "ridgescope/ledger.h"
 
+#include "absl/container/flat_hash_map.h"
+
 namespace ridgescope {
 
-Ledger::Ledger() { blocks_.reserve(4096); }
+struct Ledger::Maps {
+  absl::flat_hash_map<std::uint64_t, LiveBlock> blocks;
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> segments;
+};
+
+Ledger::Ledger() : maps_(std::make_unique<Maps>()) { maps_->blocks.reserve(4096); }
+Ledger::~Ledger() = default;
+Ledger::Ledger(Ledger&&) noexcept = default;
+Ledger& Ledger::operator=(Ledger&&) noexcept = default;
+
+std::size_t Ledger::live_blocks() const noexcept { return maps_->blocks.size(); }
+
+void Ledger::for_each_live(const std::function<void(std::uint64_t, const LiveBlock&)>& fn) const {
+  for (const auto& [addr, block] : maps_->blocks) fn(addr, block);
+}
 
 void Ledger::on_alloc(std::uint64_t addr, const LiveBlock& block) {
-  auto [it, inserted] = blocks_.try_emplace(addr, block);
+  auto [it, inserted] = maps_->blocks.try_emplace(addr, block);
   if (!inserted) {
     ++anomalies_.replaced_allocs;
     by_category_[category_index(it->second.category)] -= it->second.bytes;
@@ -17,21 +33,21 @@ void Ledger::on_alloc(std::uint64_t addr, const LiveBlock& block) {
 }
 
 std::optional<LiveBlock> Ledger::on_free(std::uint64_t addr) {
-  auto it = blocks_.find(addr);
-  if (it == blocks_.end()) {
+  auto it = maps_->blocks.find(addr);
+  if (it == maps_->blocks.end()) {
     ++anomalies_.unknown_frees;
     return std::nullopt;
   }
   LiveBlock block = it->second;
-  blocks_.erase(it);
+  maps_->blocks.erase(it);
   by_category_[category_index(block.category)] -= block.bytes;
   live_bytes_ -= block.bytes;
   return block;
 }
 
 bool Ledger::set_category(std::uint64_t addr, Category category, std::uint32_t label_id) {
-  auto it = blocks_.find(addr);
-  if (it == blocks_.end()) {
+  auto it = maps_->blocks.find(addr);
+  if (it == maps_->blocks.end()) {
     ++anomalies_.unknown_tags;
     return false;
   }
@@ -45,7 +61,7 @@ bool Ledger::set_category(std::uint64_t addr, Category category, std::uint32_t l
 
 void Ledger::on_segment_alloc(std::uint64_t addr, std::uint64_t bytes) {
   has_segments_ = true;
-  auto [it, inserted] = segments_.try_emplace(addr, bytes);
+  auto [it, inserted] = maps_->segments.try_emplace(addr, bytes);
   if (!inserted) {
     segment_bytes_ -= it->second;
     it->second = bytes;
@@ -54,18 +70,18 @@ void Ledger::on_segment_alloc(std::uint64_t addr, std::uint64_t bytes) {
 }
 
 void Ledger::on_segment_free(std::uint64_t addr) {
-  auto it = segments_.find(addr);
-  if (it == segments_.end()) {
+  auto it = maps_->segments.find(addr);
+  if (it == maps_->segments.end()) {
     ++anomalies_.unknown_segment_frees;
     return;
   }
   segment_bytes_ -= it->second;
-  segments_.erase(it);
+  maps_->segments.erase(it);
 }
 
 const LiveBlock* Ledger::find(std::uint64_t addr) const {
-  auto it = blocks_.find(addr);
-  return it == blocks_.end() ? nullptr : &it->second;
+  auto it = maps_->blocks.find(addr);
+  return it == maps_->blocks.end() ? nullptr : &it->second;
 }
 
 }  // namespace ridgescope

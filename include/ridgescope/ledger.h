@@ -13,9 +13,10 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 
-#include "absl/container/flat_hash_map.h"
 #include "ridgescope/category.h"
 
 namespace ridgescope {
@@ -39,6 +40,9 @@ struct LedgerAnomalies {
 class Ledger {
  public:
   Ledger();
+  ~Ledger();
+  Ledger(Ledger&&) noexcept;
+  Ledger& operator=(Ledger&&) noexcept;
 
   // Records a live block. If `addr` is already live, the old block is removed first and the
   // anomaly counted (a missed free), so totals stay exact for what is known.
@@ -65,17 +69,15 @@ class Ledger {
   std::uint64_t reserved_bytes() const noexcept {
     return has_segments_ ? segment_bytes_ : live_bytes_;
   }
-  std::size_t live_blocks() const noexcept { return blocks_.size(); }
+  std::size_t live_blocks() const noexcept;
   const LedgerAnomalies& anomalies() const noexcept { return anomalies_; }
 
-  template <typename Fn>
-  void for_each_live(Fn&& fn) const {
-    for (const auto& [addr, block] : blocks_) fn(addr, block);
-  }
+  // Calls fn(address, block) for every live block, in no particular order.
+  void for_each_live(const std::function<void(std::uint64_t, const LiveBlock&)>& fn) const;
 
  private:
-  absl::flat_hash_map<std::uint64_t, LiveBlock> blocks_;
-  absl::flat_hash_map<std::uint64_t, std::uint64_t> segments_;
+  struct Maps;  // the hash maps (Abseil), kept out of this header
+  std::unique_ptr<Maps> maps_;
   std::array<std::uint64_t, kCategoryCount> by_category_{};
   std::uint64_t live_bytes_ = 0;
   std::uint64_t segment_bytes_ = 0;
