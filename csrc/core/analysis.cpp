@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "format_bytes.h"
+#include "run_summary.h"
 #include "ridgescope/ledger.h"
 #include "ridgescope/trace_reader.h"
 
@@ -627,6 +628,7 @@ Report analyze_trace(const std::string& path, const AnalysisOptions& options) {
   ReplayPass replay(reader, lifetimes.resolved(), device, peak_seq, has_peak, options, report);
   replay.run(reader);
   add_warnings(report);
+  detail::summarise_run(report);
   return report;
 }
 

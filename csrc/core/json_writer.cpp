@@ -1,5 +1,7 @@
 #include "json_writer.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 
 #include "format_bytes.h"
@@ -66,6 +68,27 @@ JsonWriter& JsonWriter::value(bool v) {
   out_ += v ? "true" : "false";
   return *this;
 }
+JsonWriter& JsonWriter::value(double v) {
+  separate();
+  if (!std::isfinite(v)) {
+    out_ += "null";
+    return *this;
+  }
+  char buf[40];
+  const auto result = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form
+  const std::string_view text(buf, static_cast<std::size_t>(result.ptr - buf));
+  out_ += text;
+  // keep it a JSON number that reads back as a float ("16" would read back as an integer)
+  if (text.find_first_of(".eE") == std::string_view::npos) out_ += ".0";
+  return *this;
+}
+
+JsonWriter& JsonWriter::raw(std::string_view json) {
+  separate();
+  out_ += json;
+  return *this;
+}
+
 JsonWriter& JsonWriter::null() {
   separate();
   out_ += "null";

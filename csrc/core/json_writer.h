@@ -24,7 +24,10 @@ class JsonWriter {
   JsonWriter& value(std::uint32_t v) { return value(static_cast<std::uint64_t>(v)); }
   JsonWriter& value(int v) { return value(static_cast<std::int64_t>(v)); }
   JsonWriter& value(bool v);
+  JsonWriter& value(double v);  // finite values; NaN and infinities are written as null
   JsonWriter& null();
+  // Writes text that is already valid JSON (produced by this writer), unchanged.
+  JsonWriter& raw(std::string_view json);
   template <typename T>
   JsonWriter& field(std::string_view k, const T& v) { return key(k).value(v); }
   std::string take() { return std::move(out_); }

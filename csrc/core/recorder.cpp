@@ -150,7 +150,10 @@ void Recorder::hand_off_locked() {
 void Recorder::writer_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    wake_writer_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms));
+    // The predicate keeps a notify() that came before this wait (a close() right after the
+    // thread started) from being lost for a whole interval.
+    wake_writer_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms),
+                          [this] { return closing_ || !queue_.empty(); });
     if (current_records_ > 0 &&
         (closing_ || monotonic_now_ns() - current_started_ns_ >=
                          std::uint64_t{options_.flush_interval_ms} * 1000000u)) {

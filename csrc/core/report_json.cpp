@@ -1,4 +1,9 @@
 // report_json.cpp — Report -> JSON (schema: docs/report_schema.md).
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
 #include "json_writer.h"
 #include "ridgescope/report.h"
 
@@ -141,11 +146,89 @@ std::string report_to_json(const Report& r) {
   write_categories(w, "final_by_category", r.final_by_category);
   w.end_object();
 
+  // Metadata the analysis understood becomes sections; anything else is carried as text.
   w.key("metadata").begin_object();
-  for (const auto& [k, v] : r.metadata) w.field(k, v);
+  for (const auto& [k, v] : r.metadata)
+    if (k != "run" && k != "session") w.field(k, v);
   w.end_object();
+
+  w.key("run").begin_object();
+  if (!r.run.ridgescope_version.empty()) w.field("ridgescope_version", r.run.ridgescope_version);
+  if (!r.run.torch_version.empty()) w.field("torch_version", r.run.torch_version);
+  if (!r.run.python_version.empty()) w.field("python_version", r.run.python_version);
+  w.key("argv").begin_array();
+  for (const auto& a : r.run.argv) w.value(a);
+  w.end_array();
+  w.end_object();
+
+  const ModelSummary& m = r.model;
+  auto opt_uint = [&w](std::string_view key, const std::optional<std::uint64_t>& v) {
+    w.key(key);
+    if (v) w.value(*v); else w.null();
+  };
+  auto opt_double = [&w](std::string_view key, const std::optional<double>& v) {
+    w.key(key);
+    if (v) w.value(*v); else w.null();
+  };
+  w.key("model").begin_object();
+  w.key("class");
+  if (m.class_name.empty()) w.null(); else w.value(m.class_name);
+  opt_uint("parameters", m.parameters);
+  opt_uint("parameter_tensors", m.parameter_tensors);
+  opt_uint("trainable_parameters", m.trainable_parameters);
+  opt_uint("trainable_parameter_tensors", m.trainable_parameter_tensors);
+  w.field("parameter_bytes", m.parameter_bytes);
+  opt_uint("trainable_parameter_bytes", m.trainable_parameter_bytes);
+  opt_uint("buffers", m.buffers);
+  opt_uint("buffer_bytes", m.buffer_bytes);
+  w.key("dtypes").begin_object();
+  for (const auto& [k, v] : m.dtypes) w.field(k, v);
+  w.end_object();
+  w.key("persistent_bytes_per_trainable_parameter").begin_object();
+  opt_double("expected", m.expected_persistent_bytes_per_parameter);
+  opt_double("measured", m.measured_persistent_bytes_per_parameter);
+  w.key("measured_at");
+  if (m.measured_at_step) {
+    w.begin_object().field("step", *m.measured_at_step).field("phase", "optimizer_step");
+    w.field("at", "end").end_object();
+  } else {
+    w.null();
+  }
+  w.end_object();
+  w.end_object();
+
+  const OptimizerSummary& o = r.optimizer;
+  w.key("optimizer").begin_object();
+  w.key("type");
+  if (o.type.empty()) w.null(); else w.value(o.type);
+  w.field("state_bytes", o.state_bytes);
+  opt_uint("states_per_parameter", o.states_per_parameter);
+  w.key("state_keys").begin_array();
+  for (const auto& k : o.state_keys) w.value(k);
+  w.end_array();
+  w.key("hyperparameters").raw(o.hyperparameters_json);
+  w.field("steps", o.steps);
+  w.end_object();
+
+  if (r.recorder.known) {
+    w.key("recorder").begin_object();
+    w.field("events", r.recorder.events).field("dropped_events", r.recorder.dropped_events);
+    w.field("bytes_written", r.recorder.bytes_written);
+    w.field("buffer_bytes_peak", r.recorder.buffer_bytes_peak);
+    w.end_object();
+  }
   w.end_object();
   return w.take();
+}
+
+std::string Report::to_json() const { return report_to_json(*this); }
+
+void Report::write_json(const std::string& path) const {
+  const std::string text = to_json() + "\n";
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) throw std::runtime_error("cannot write '" + path + "'");
 }
 
 }  // namespace ridgescope

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -114,6 +115,48 @@ struct TraceInfo {
   std::uint64_t duration_ns = 0;
 };
 
+// What the run's `run` metadata says about the process (absent fields stay empty).
+struct RunSummary {
+  std::string ridgescope_version, torch_version, python_version;
+  std::vector<std::string> argv;
+};
+
+// The model header: what the model is and the persistent bytes per trainable parameter its
+// dtypes and optimizer imply, next to what was measured. Counts and bytes come from the `run`
+// metadata; where it has none, parameter_bytes is the measured `parameter` bytes.
+struct ModelSummary {
+  std::string class_name;                       // "" when unknown
+  std::optional<std::uint64_t> parameters, parameter_tensors;           // counts
+  std::optional<std::uint64_t> trainable_parameters, trainable_parameter_tensors;
+  std::uint64_t parameter_bytes = 0;
+  std::optional<std::uint64_t> trainable_parameter_bytes;
+  std::optional<std::uint64_t> buffers, buffer_bytes;
+  std::vector<std::pair<std::string, std::uint64_t>> dtypes;  // dtype -> parameter tensors
+  // (parameter + gradient + optimizer state) bytes per trainable parameter: implied by the
+  // dtypes and the optimizer's states per parameter, and measured at the end of the last
+  // complete optimizer step (then measured_at_step is set).
+  std::optional<double> expected_persistent_bytes_per_parameter;
+  std::optional<double> measured_persistent_bytes_per_parameter;
+  std::optional<std::uint64_t> measured_at_step;
+};
+
+struct OptimizerSummary {
+  std::string type;                             // class name; "" when unknown
+  std::uint64_t state_bytes = 0;                // optimizer_state at the end of the last
+                                                // complete optimizer step (else at the end)
+  std::optional<std::uint64_t> states_per_parameter;
+  std::vector<std::string> state_keys;
+  std::string hyperparameters_json = "{}";      // a JSON object, re-serialised after parsing
+  std::uint64_t steps = 0;                      // optimizer_step phases seen
+};
+
+// ridgescope's own cost, from the `session` metadata written when tracking stopped.
+struct RecorderSummary {
+  bool known = false;
+  std::uint64_t events = 0, dropped_events = 0;  // counts
+  std::uint64_t bytes_written = 0, buffer_bytes_peak = 0;
+};
+
 struct Report {
   int schema_version = kReportSchemaVersion;
   TraceInfo trace;
@@ -129,10 +172,20 @@ struct Report {
   std::uint64_t final_live_bytes = 0;
   CategoryBytes final_by_category{};
   std::vector<std::pair<std::string, std::string>> metadata;  // key -> JSON text, in order
+  RunSummary run;
+  ModelSummary model;
+  OptimizerSummary optimizer;
+  RecorderSummary recorder;
+
+  // The report as JSON (docs/report_schema.md), and written to a file (throws
+  // std::runtime_error naming the path when it cannot be written).
+  std::string to_json() const;
+  void write_json(const std::string& path) const;
 };
 
-// Serialises a report as JSON (docs/report_schema.md). Metadata values are emitted as JSON
-// strings holding the recorded JSON text, never spliced in raw.
+// Serialises a report as JSON (docs/report_schema.md); the same as report.to_json(). Metadata
+// the analysis understands (`run`, `session`) becomes the run, model, optimizer and recorder
+// sections; other keys are emitted as JSON strings holding the recorded text, never spliced in.
 std::string report_to_json(const Report& report);
 
 // "cpu", "cuda:0".

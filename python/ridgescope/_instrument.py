@@ -49,6 +49,9 @@ class Instrumentation:
         self._root: torch.nn.Module | None = model
         self._step = 0
         self._counted_optimizer = optimizer
+        self._params = self._all_params()
+        self._unhooked: list[torch.Tensor] = []  # parameters whose gradients no hook reports
+        self._state_shapes: dict[int, tuple[int, int, int]] = {}
         self.failed = False
         self.error: str | None = None
 
@@ -125,8 +128,9 @@ class Instrumentation:
 
     # ----------------------------------------------------------------------------- tagging
     def tag_once(self, owner: Any, key: str, tensor: torch.Tensor, category: str,
-                 label: str) -> None:
-        """Tags a tensor's block unless this (owner, key) was already tagged at this address."""
+                 label: Callable[[], str]) -> None:
+        """Tags a tensor's block unless this (owner, key) was already tagged at this address.
+        ``label`` is only called (the string only built) when a tag is written."""
         if not isinstance(tensor, torch.Tensor) or tensor.device.type not in ("cpu", "cuda"):
             return
         ptr = tensor.untyped_storage().data_ptr()
@@ -134,21 +138,32 @@ class Instrumentation:
         if self._tagged.get(cache_key) == ptr:
             return
         self._tagged[cache_key] = ptr
-        self._native.tag(tensor, category, self.label(label), False)
+        self._native.tag(tensor, category, self.label(label()), False)
 
     def tag_gradients(self) -> None:
-        for p in self._all_params():
+        """At the end of backward: the gradients no post-accumulate-grad hook reports (parameters
+        that are not leaves; normally none, so this costs nothing per step)."""
+        for p in self._unhooked:
             if p.grad is not None:
-                self.tag_once(p, "grad", p.grad, "gradient", f"grad of {self._param_name(p)}")
+                self.tag_once(p, "grad", p.grad, "gradient", lambda p=p: f"grad of {self._param_name(p)}")
 
     def tag_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
-        for p, state in optimizer.state.items():
-            if not isinstance(state, dict):
+        """After an optimizer step: tags its state tensors. The scan is skipped while the state's
+        shape (parameters with state, entries per parameter) is unchanged, which after the first
+        step is every step; a state tensor replaced in place of another under the same key is
+        then not re-tagged, but its allocation is still recorded."""
+        state = optimizer.state
+        shape = (id(state), len(state), sum(len(s) for s in state.values() if isinstance(s, dict)))
+        if self._state_shapes.get(id(optimizer)) == shape:
+            return
+        self._state_shapes[id(optimizer)] = shape
+        for p, entries in state.items():
+            if not isinstance(entries, dict):
                 continue
-            name = self._param_name(p) if isinstance(p, torch.Tensor) else str(p)
-            for key, value in state.items():
+            for key, value in entries.items():
                 if isinstance(value, torch.Tensor):
-                    self.tag_once(p, f"state:{key}", value, "optimizer_state", f"{key} of {name}")
+                    self.tag_once(p, f"state:{key}", value, "optimizer_state",
+                                  lambda key=key, p=p: f"{key} of {self._param_name(p)}")
 
     def _all_params(self) -> list[torch.Tensor]:
         seen: set[int] = set()
@@ -173,7 +188,7 @@ class Instrumentation:
                 n.register(p, "parameter", self.label(name))
             for name, b in self._model.named_buffers(remove_duplicate=True):
                 n.register(b, "buffer", self.label(name))
-        for p in self._all_params():
+        for p in self._params:
             if self._model is None:
                 n.register(p, "parameter", self.label(self._param_name(p)))
             if p.grad is not None:
@@ -210,6 +225,33 @@ class Instrumentation:
         if stack is None:
             stack = self._local.calls = []
         return stack
+
+    # The module hooks run for every module call, so each is one Python frame with its own
+    # guard rather than a guarded wrapper around a method.
+    def _module_pre_hook(self, module: torch.nn.Module, args: tuple) -> None:
+        if self.failed:
+            return
+        try:
+            self._on_module_pre(module, args, {})
+        except Exception as exc:  # an internal error must never reach the training loop
+            self.fail(f"{type(exc).__name__}: {exc}")
+
+    def _module_post_hook(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        if self.failed:
+            return
+        try:
+            self._on_module_post(module, args, {}, output)
+        except Exception as exc:
+            self.fail(f"{type(exc).__name__}: {exc}")
+
+    def _grad_hook(self, p: torch.Tensor) -> None:
+        if self.failed:
+            return
+        try:
+            if p.grad is not None:
+                self._native.tag(p.grad, "gradient", self._grad_labels[id(p)], False)
+        except Exception as exc:
+            self.fail(f"{type(exc).__name__}: {exc}")
 
     def _on_module_pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         calls = self._depth()
@@ -284,10 +326,9 @@ class Instrumentation:
     def install(self) -> None:
         g = self._guard
         mm = torch.nn.modules.module
-        self._handles.append(mm.register_module_forward_pre_hook(
-            g(lambda m, a: self._on_module_pre(m, a, {}))))
-        self._handles.append(mm.register_module_forward_hook(
-            g(lambda m, a, o: self._on_module_post(m, a, {}, o)), always_call=True))
+        self._handles.append(mm.register_module_forward_pre_hook(self._module_pre_hook))
+        self._handles.append(mm.register_module_forward_hook(self._module_post_hook,
+                                                             always_call=True))
 
         self._patch(torch.autograd, "backward",
                     self._phase_wrapper("backward", self.tag_gradients, self._tag_loss))
@@ -302,11 +343,15 @@ class Instrumentation:
         self._handles.append(opt_mod.register_optimizer_step_post_hook(
             g(lambda opt, args, kwargs: self._on_step_post(opt))))
 
-        for p in self._all_params():
-            if p.requires_grad and p.is_leaf:
-                label = self.label(f"grad of {self._param_name(p)}")
-                self._handles.append(p.register_post_accumulate_grad_hook(
-                    g(functools.partial(self._on_grad, label=label))))
+        self._grad_labels: dict[int, int] = {}
+        for p in self._params:
+            if not p.requires_grad:
+                continue
+            if p.is_leaf:
+                self._grad_labels[id(p)] = self.label(f"grad of {self._param_name(p)}")
+                self._handles.append(p.register_post_accumulate_grad_hook(self._grad_hook))
+            else:
+                self._unhooked.append(p)
 
         if self._activations:
             native = self._native
@@ -321,10 +366,6 @@ class Instrumentation:
         for t in leaves:
             if isinstance(t, torch.Tensor):
                 self._native.tag(t, "activation", label, True)
-
-    def _on_grad(self, p: torch.Tensor, label: int) -> None:
-        if p.grad is not None:
-            self._native.tag(p.grad, "gradient", label, False)
 
     def _on_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         if self._counted_optimizer is None:

@@ -1,6 +1,7 @@
-"""What the run's model and optimizer are: counts, dtypes, names, and the persistent bytes per
-trainable parameter they imply. Collected once when tracking starts and stored in the trace's
-``run`` metadata, so ``ridgescope report FILE`` can print the same model header later."""
+"""What the run's model and optimizer are: counts, dtypes, names, and the optimizer's state
+tensors per parameter. Collected once when tracking starts and stored in the trace's ``run``
+metadata; the native analysis turns it into the report's model and optimizer header (with the
+persistent bytes per trainable parameter this implies, next to what was measured)."""
 from __future__ import annotations
 
 import sys
@@ -103,16 +104,3 @@ def describe_run(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer
             "param_groups": len(optimizer.param_groups),
         }
     return info
-
-
-def expected_persistent_bytes_per_parameter(run: dict[str, Any]) -> float | None:
-    """Parameter + gradient + optimizer-state bytes per trainable parameter that the model's
-    dtypes and the optimizer imply: 8 for FP32 SGD, 12 with momentum, 16 for Adam/AdamW."""
-    model = run.get("model") or {}
-    optimizer = run.get("optimizer") or {}
-    n = model.get("trainable_parameters") or 0
-    states = optimizer.get("states_per_parameter")
-    if not n or states is None:
-        return None
-    per_element = model["trainable_parameter_bytes"] / n
-    return per_element * (2 + states)
