@@ -106,7 +106,10 @@ PYBIND11_MODULE(_C, m) {
            py::arg("tensor"), py::arg("category"), py::arg("label") = 0)
       .def("pack_saved",
            [](TrackingSession& s, const at::Tensor& t) { return s.on_saved_tensor(t); })
-      .def("enter_module", &TrackingSession::enter_module)
+      .def("watch_parameters", &TrackingSession::watch_parameters)
+      .def("tag_gradients", &TrackingSession::tag_gradients)
+      .def("enter_module", &TrackingSession::enter_module, py::arg("activation_label"),
+           py::arg("context") = 0)
       .def("exit_module", &TrackingSession::exit_module)
       .def("degrade", &TrackingSession::degrade)
       .def("inject_fault", &TrackingSession::inject_fault)

@@ -205,7 +205,9 @@ class LifetimePass {
         r.category = Category::Temporary;
         return;
       }
-      if (p.forwardish && stack_has(PhaseKind::Backward)) {
+      // Made in forward (or in a recomputation, or between forward and backward, where the
+      // loss is computed) and freed by backward: what autograd saved.
+      if ((p.forwardish || (p.instance < 0 && have_forward_)) && stack_has(PhaseKind::Backward)) {
         r.category = Category::Activation;
         return;
       }
@@ -332,6 +334,7 @@ class ReplayPass {
     b.block_id = id;
     b.label_id = r.label_id;
     b.alloc_phase_id = phase_stack_.empty() ? 0 : phase_stack_.back();
+    b.context_id = e.string_id;
     b.category = r.category;
     ledger_.on_alloc(e.addr, b);
     alloc_step_[id] = current_step_;
@@ -448,7 +451,12 @@ class ReplayPass {
     report_.metadata.emplace_back(std::move(key), std::string(text));
   }
 
+  // The label of a block no tag named: its category and the module that made it, or the phase
+  // when no module was running.
   std::string fallback_label(const LiveBlock& b) const {
+    if (b.context_id != 0) {
+      return std::string(category_name(b.category)) + " in " + std::string(reader_.string(b.context_id));
+    }
     return std::string(category_name(b.category)) + " allocated in " + phase_name(b.alloc_phase_id);
   }
 
@@ -465,13 +473,15 @@ class ReplayPass {
 
     std::vector<std::pair<std::uint64_t, const LiveBlock*>> blocks;
     blocks.reserve(ledger_.live_blocks());
-    // Labelled blocks group by label; unlabelled ones by the phase that allocated them, which
-    // is what their fallback label names.
-    absl::flat_hash_map<std::tuple<std::uint32_t, std::uint32_t, Category>, LabelBytes> labels;
+    // Labelled blocks group by label; unlabelled ones by what their fallback label names: the
+    // module that made them, else the phase.
+    absl::flat_hash_map<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t, Category>, LabelBytes> labels;
     ledger_.for_each_live([&](std::uint64_t addr, const LiveBlock& b) {
       blocks.emplace_back(addr, &b);
       if (id_inferred(b.block_id)) peak.inferred_by_category[category_index(b.category)] += b.bytes;
-      auto& l = labels[{b.label_id, b.label_id ? 0u : b.alloc_phase_id, b.category}];
+      const bool named = b.label_id != 0;
+      auto& l = labels[{b.label_id, named ? 0u : b.context_id,
+                        named || b.context_id ? 0u : b.alloc_phase_id, b.category}];
       l.category = b.category;
       l.bytes += b.bytes;
       ++l.blocks;
@@ -491,6 +501,7 @@ class ReplayPass {
       t.inferred = id_inferred(b.block_id);
       t.label = b.label_id ? std::string(reader_.string(b.label_id)) : fallback_label(b);
       t.phase_allocated = phase_name(b.alloc_phase_id);
+      t.module = std::string(reader_.string(b.context_id));
       auto it = alloc_step_.find(b.block_id);
       t.step_allocated = it == alloc_step_.end() ? 0 : it->second;
       t.address = blocks[i].first;

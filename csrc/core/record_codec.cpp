@@ -66,6 +66,7 @@ void encode_record(const Event& e, CodecClock& clock, std::string& out) {
       put_varint(payload, e.requested_bytes);
       put_varint(payload, e.stream);
       put_varint(payload, e.thread);
+      if (e.string_id != 0) put_varint(payload, e.string_id);  // module context (optional)
       break;
     case EventKind::Free:
       put_device(payload, e.device);
@@ -150,7 +151,7 @@ DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock&
   switch (e.kind) {
     case EventKind::Alloc:
       ok = r.device(&e.device) && r.u64(&e.addr) && r.u64(&e.bytes) && r.u64(&e.requested_bytes) &&
-           r.u64(&e.stream) && r.u32(&e.thread);
+           r.u64(&e.stream) && r.u32(&e.thread) && (r.rest().empty() || r.u32(&e.string_id));
       break;
     case EventKind::Free:
       ok = r.device(&e.device) && r.u64(&e.addr) && r.u64(&e.bytes) && r.u64(&e.stream) &&

@@ -78,7 +78,8 @@ std::string report_to_json(const Report& r) {
     w.begin_object();
     w.field("bytes", b.bytes).field("category", category_name(b.category));
     w.field("inferred", b.inferred).field("label", b.label);
-    w.field("phase_allocated", b.phase_allocated).field("step_allocated", b.step_allocated);
+    w.field("phase_allocated", b.phase_allocated).field("module", b.module);
+    w.field("step_allocated", b.step_allocated);
     w.field("address", b.address);
     w.end_object();
   }

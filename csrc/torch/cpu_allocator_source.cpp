@@ -1,4 +1,5 @@
 #include "cpu_allocator_source.h"
+#include "module_context.h"
 
 #include <mutex>
 
@@ -43,6 +44,7 @@ void record_locked(EventKind kind, void* ptr, std::uint64_t bytes) noexcept {
   e.addr = reinterpret_cast<std::uint64_t>(ptr);
   e.bytes = bytes;
   e.requested_bytes = kind == EventKind::Alloc ? bytes : 0;
+  if (kind == EventKind::Alloc) e.string_id = current_module_context();
   g_recorder->record(e);
 }
 

@@ -4,13 +4,10 @@
 #include <vector>
 
 #include "cpu_allocator_source.h"
+#include "module_context.h"
 
 namespace ridgescope::sources {
 namespace {
-
-// The innermost module entered on this thread, for activation labels. Forward (and the
-// recomputation of checkpointed regions) run their module hooks and pack hooks on one thread.
-thread_local std::vector<std::uint32_t> t_module_labels;
 
 bool storage_block(const at::Tensor& tensor, Device* device, std::uint64_t* addr) {
   if (!tensor.defined() || !tensor.has_storage()) return false;
@@ -45,6 +42,10 @@ TrackingSession::TrackingSession(const std::string& path) : recorder_(path) {
 TrackingSession::~TrackingSession() { stop(); }
 
 void TrackingSession::stop() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    watched_.clear();  // the session holds no tensor after it stops
+  }
   if (!active_.exchange(false)) return;
   if (!degraded_) sample_allocator_unchecked();
   uninstall_cpu_allocator_source();
@@ -129,22 +130,48 @@ std::uint64_t TrackingSession::register_tensor(const at::Tensor& tensor, Categor
   return 0;
 }
 
+void TrackingSession::watch_parameters(std::vector<at::Tensor> parameters,
+                                       std::vector<std::uint32_t> gradient_label_ids) noexcept {
+  std::lock_guard<std::mutex> lock(watch_mutex_);
+  try {
+    gradient_label_ids.resize(parameters.size(), 0);
+    watched_ = std::move(parameters);
+    watched_labels_ = std::move(gradient_label_ids);
+    watched_grad_blocks_.assign(watched_.size(), nullptr);
+  } catch (...) {
+    degrade("out of memory while watching parameters");
+  }
+}
+
+std::size_t TrackingSession::tag_gradients() noexcept {
+  std::lock_guard<std::mutex> lock(watch_mutex_);
+  std::size_t tagged = 0;
+  if (!active_) return 0;
+  for (std::size_t i = 0; i < watched_.size(); ++i) {
+    const at::Tensor& grad = watched_[i].grad();
+    if (!grad.defined() || !grad.has_storage()) continue;
+    const void* block = grad.storage().data_ptr().get();
+    if (block == nullptr || block == watched_grad_blocks_[i]) continue;
+    watched_grad_blocks_[i] = block;
+    tag_tensor(grad, Category::Gradient, watched_labels_[i], /*weak=*/false);
+    ++tagged;
+  }
+  return tagged;
+}
+
 const at::Tensor& TrackingSession::on_saved_tensor(const at::Tensor& tensor) noexcept {
-  const std::uint32_t label = t_module_labels.empty() ? outside_label_id_ : t_module_labels.back();
+  const ModuleFrame* frame = current_module();
+  const std::uint32_t label = frame == nullptr ? outside_label_id_ : frame->activation_label_id;
   tag_tensor(tensor, Category::Activation, label, /*weak=*/true);
   return tensor;
 }
 
-void TrackingSession::enter_module(std::uint32_t activation_label_id) noexcept {
-  try {
-    t_module_labels.push_back(activation_label_id);
-  } catch (...) {
-  }
+void TrackingSession::enter_module(std::uint32_t activation_label_id,
+                                   std::uint32_t context_id) noexcept {
+  push_module(ModuleFrame{activation_label_id, context_id});
 }
 
-void TrackingSession::exit_module() noexcept {
-  if (!t_module_labels.empty()) t_module_labels.pop_back();
-}
+void TrackingSession::exit_module() noexcept { pop_module(); }
 
 void TrackingSession::degrade(const std::string& reason) noexcept {
   {

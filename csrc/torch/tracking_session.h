@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -58,10 +59,20 @@ class TrackingSession {
   std::uint64_t register_tensor(const at::Tensor& tensor, Category category,
                                 std::uint32_t label_id) noexcept;
 
+  // Remembers the parameters whose gradients tag_gradients() reports, with each gradient's
+  // label. Replaces any earlier list.
+  void watch_parameters(std::vector<at::Tensor> parameters,
+                        std::vector<std::uint32_t> gradient_label_ids) noexcept;
+  // Tags the gradient of every watched parameter whose .grad block changed since the last call
+  // (one pass in C++; called when backward ends and before an optimizer step). Returns the
+  // number of tags written.
+  std::size_t tag_gradients() noexcept;
+
   // The saved-tensor pack hook's work: a weak activation tag labelled with the innermost module
   // entered on this thread. Returns the tensor itself, so nothing extra is kept alive.
   const at::Tensor& on_saved_tensor(const at::Tensor& tensor) noexcept;
-  void enter_module(std::uint32_t activation_label_id) noexcept;
+  // A module starts (ends) running on this thread: its activation label and its name's id.
+  void enter_module(std::uint32_t activation_label_id, std::uint32_t context_id) noexcept;
   void exit_module() noexcept;
 
   // Stops recording after an internal error; the first reason is kept.
@@ -87,6 +98,10 @@ class TrackingSession {
   std::atomic<bool> fault_tag_{false};
   mutable std::mutex error_mutex_;
   std::string error_;
+  std::mutex watch_mutex_;
+  std::vector<at::Tensor> watched_;
+  std::vector<std::uint32_t> watched_labels_;
+  std::vector<const void*> watched_grad_blocks_;  // block last tagged per parameter
   std::uint32_t sample_name_id_ = 0;
   std::uint32_t outside_label_id_ = 0;
 };

@@ -59,7 +59,8 @@ struct Event {
   std::uint32_t thread = 0;           // small per-process thread number of the caller
   Category category = Category::Unknown;  // tag
   std::uint8_t flags = 0;             // tag: kTagWeak
-  std::uint32_t string_id = 0;        // tag: label; phase_*: name; sample/metadata: key; string: id
+  std::uint32_t string_id = 0;        // tag: label; phase_*: name; sample/metadata: key; string:
+                                      // id; alloc: the module running (its name), 0 if none
   std::uint64_t value = 0;            // step: step number; oom: device free bytes; sample: reading
   std::string_view text;              // string, metadata: the text (valid until the next read)
 };

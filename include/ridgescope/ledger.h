@@ -27,6 +27,7 @@ struct LiveBlock {
   std::uint64_t block_id = 0;         // ordinal of the alloc event that created the block
   std::uint32_t label_id = 0;         // trace string id of the label (0: none)
   std::uint32_t alloc_phase_id = 0;   // trace string id of the innermost phase at alloc (0: idle)
+  std::uint32_t context_id = 0;       // trace string id of the module running at alloc (0: none)
   Category category = Category::Unknown;
 };
 

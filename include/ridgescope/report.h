@@ -30,6 +30,7 @@ struct TopBlock {
   bool inferred = false;         // category came from a lifetime rule, not a direct signal
   std::string label;             // e.g. "layers.3.mlp.fc1.weight"
   std::string phase_allocated;   // innermost phase at allocation ("idle" outside any)
+  std::string module;            // module running at allocation ("" when none or unknown)
   std::uint64_t step_allocated = 0;
   std::uint64_t address = 0;
 };

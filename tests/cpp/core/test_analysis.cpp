@@ -370,3 +370,37 @@ SCENARIO("unlabelled blocks at the peak are grouped by the phase that made them"
                    {"unknown allocated in eval", 30}, {"unknown allocated in forward", 20},
                    {"unknown allocated in idle", 10}});
 }
+
+SCENARIO("the loss computed between forward and backward is an inferred activation", "[core][analysis]") {
+  TempPath path;
+  {
+    TraceBuilder t(path.str());
+    t.begin("forward").alloc(0x100, 400).end("forward");
+    t.alloc(0x200, 100);  // log-softmax output of the loss, outside every phase
+    t.alloc(0x300, 4);    // the loss itself, kept by the user past backward
+    t.begin("backward").free(0x200).free(0x100).end("backward");
+  }
+  const Report r = analyze_trace(path.str());
+  CHECK(cat(r.peak.by_category, Category::Activation) == 500);
+  CHECK(cat(r.peak.by_category, Category::Unknown) == 4);
+}
+
+SCENARIO("an untagged block is labelled by the module that made it", "[core][analysis]") {
+  TempPath path;
+  {
+    TraceBuilder t(path.str());
+    Event e;
+    e.kind = EventKind::Alloc;
+    e.addr = 0x100;
+    e.bytes = 64;
+    e.string_id = t.recorder().intern("layers.0.attn");
+    t.begin("forward");
+    t.recorder().record(e);
+    t.end("forward");
+  }
+  const Report r = analyze_trace(path.str());
+  REQUIRE(r.peak.top_blocks.size() == 1);
+  CHECK(r.peak.top_blocks[0].label == "unknown in layers.0.attn");
+  CHECK(r.peak.top_blocks[0].module == "layers.0.attn");
+  CHECK(r.peak.by_label.at(0).label == "unknown in layers.0.attn");
+}

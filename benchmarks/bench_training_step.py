@@ -1,0 +1,322 @@
+"""Training-step overhead of ridgescope against an untracked run and torch.profiler.
+
+The same CPU training step (TinyGPT from examples/models.py, AdamW, cross-entropy) runs in
+four variants:
+
+  untracked         plain PyTorch
+  tracked           inside ``rs.track(model=..., optimizer=...)`` writing a trace to a temp file
+                    (activations tagged by the saved-tensor hook, the default)
+  tracked_lifetime  the same with ``activations=False``: no saved-tensor hook, activations
+                    inferred from lifetimes and labelled by the module that made them
+  profiler   inside ``torch.profiler.profile(activities=[CPU], profile_memory=True,
+             record_shapes=True, with_stack=True)``
+
+Each variant has its own model and optimizer, built from the same seed, and trains on the same
+fixed batches. The variants run interleaved: every round runs a block of steps of each variant
+in turn (the order rotates each round), so that machine noise falls on all of them alike. A
+round's block is ``--warmup`` untimed steps then ``--steps`` timed steps, all inside one
+tracking session (tracked) or one profiler context (profiler); the session or profiler starts
+before and stops after the block, so step times are steady-state and exclude start, stop and
+post-processing, which are measured apart:
+
+  session_costs.start_ms    ``session.start()`` of a session on the benchmark model (median)
+  session_costs.stop_ms     ``session.stop()`` of that session right after (median; and max)
+  session_costs.report_ms   ``session.report()`` on a round's trace (median), with its events
+  profiler_costs.exit_ms    leaving the profiler context (its post-processing, median)
+
+Tracking and the profiler install process-wide hooks, so a round's session (or profiler) is
+closed before the next variant runs; a new one is opened each round and nothing leaks between
+rounds. Prints ONE JSON object on stdout (schema_version 1); ``--out FILE`` writes a copy.
+
+    python benchmarks/bench_training_step.py                    # default: about 40 s on 2 cores
+    python benchmarks/bench_training_step.py --layers 6 --batch 16 --out out/bench.json
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
+
+import ridgescope as rs  # noqa: E402
+
+VARIANTS = ("untracked", "tracked", "tracked_lifetime", "profiler")
+TARGET_TRACKED_OVER_UNTRACKED = 1.05
+N_BATCHES = 4  # distinct fixed batches, cycled
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolation percentile (q in [0, 100]) of a non-empty list."""
+    xs = sorted(values)
+    if len(xs) == 1:
+        return xs[0]
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1e3, 4)
+
+
+class Trainer:
+    """One model + optimizer + fixed batches; ``step()`` is one training step."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        torch.manual_seed(args.seed)
+        self.model = TinyGPT(vocab=args.vocab, d_model=args.d_model, n_heads=args.heads,
+                             layers=args.layers, seq_len=args.seq_len)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-4)
+        self.batches = [gpt_batch(args.batch, args.seq_len, vocab=args.vocab, seed=i)
+                        for i in range(N_BATCHES)]
+        self.n = 0
+
+    def step(self) -> None:
+        x, y = self.batches[self.n % len(self.batches)]
+        self.n += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = gpt_loss(self.model, x, y)
+        loss.backward()
+        self.optimizer.step()
+
+
+def timed_steps(step: Callable[[], None], warmup: int, steps: int) -> list[float]:
+    for _ in range(warmup):
+        step()
+    out = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def make_profiler() -> torch.profiler.profile:
+    return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                  profile_memory=True, record_shapes=True, with_stack=True)
+
+
+def run_round(variant: str, trainer: Trainer, args: argparse.Namespace, tmp: Path,
+              rnd: int, acc: dict[str, Any]) -> list[float]:
+    if variant == "untracked":
+        return timed_steps(trainer.step, args.warmup, args.steps)
+
+    if variant in ("tracked", "tracked_lifetime"):
+        path = tmp / f"{variant}-round{rnd}.rstrace"
+        with rs.track(model=trainer.model, optimizer=trainer.optimizer, out=path,
+                      activations=variant == "tracked") as session:
+            for _ in range(args.warmup):
+                trainer.step()
+            before = session.stats()
+            times = timed_steps(trainer.step, 0, args.steps)
+            after = session.stats()
+        if variant == "tracked_lifetime":
+            return times
+        acc["timed_events"] += after["events"] - before["events"]
+        acc["timed_steps"] += args.steps
+        acc["dropped_events"] += after.get("dropped_events", 0)
+        acc["buffer_bytes_peak"] = max(acc["buffer_bytes_peak"], after.get("buffer_bytes_peak", 0))
+        acc["trace_bytes"] += path.stat().st_size
+        acc["trace_steps"] += args.warmup + args.steps
+        if session.error:
+            acc["errors"].append(session.error)
+        acc["sessions"].append(session)
+        return times
+
+    if variant == "profiler":
+        prof = make_profiler()
+        prof.__enter__()
+        try:
+            times = timed_steps(trainer.step, args.warmup, args.steps)
+        finally:
+            t0 = time.perf_counter()
+            prof.__exit__(None, None, None)
+            acc["exit_s"].append(time.perf_counter() - t0)
+        del prof
+        return times
+
+    raise ValueError(variant)
+
+
+def session_costs(args: argparse.Namespace, tmp: Path, sessions: list[Any]) -> dict[str, Any]:
+    """Start+stop of an empty session on the benchmark model, and the analysis of the traces."""
+    trainer = Trainer(args)
+    trainer.step()  # optimizer state exists, as in a session started mid-training
+    start_s, stop_s = [], []
+    for i in range(args.session_repeats):
+        path = tmp / f"empty{i}.rstrace"
+        session = rs.track(model=trainer.model, optimizer=trainer.optimizer, out=path)
+        t0 = time.perf_counter()
+        session.start()
+        t1 = time.perf_counter()
+        session.stop()
+        t2 = time.perf_counter()
+        start_s.append(t1 - t0)
+        stop_s.append(t2 - t1)
+        path.unlink(missing_ok=True)
+
+    report_s = []
+    consistency: dict[str, Any] = {"traces": 0, "samples": 0, "mismatches": 0,
+                                   "truncated": 0, "skipped_records": 0}
+    events = []
+    for session in sessions:
+        t0 = time.perf_counter()
+        report = session.report()  # the session is stopped: this is the trace analysis alone
+        report_s.append(time.perf_counter() - t0)
+        d = report.to_dict()
+        events.append(d["trace"]["events"])
+        c = d["consistency"]
+        consistency["traces"] += 1
+        consistency["samples"] += c["samples"]
+        consistency["mismatches"] += c["mismatches"]
+        consistency["truncated"] += int(bool(d["trace"]["truncated"]))
+        consistency["skipped_records"] += d["trace"]["skipped_records"]
+    return {
+        "start_ms": ms(statistics.median(start_s)),
+        "stop_ms": ms(statistics.median(stop_s)),
+        "stop_max_ms": ms(max(stop_s)),
+        "start_stop_repeats": len(start_s),
+        "start_stop_note": "an empty session on the benchmark model (optimizer state present), "
+                           "started and stopped at once",
+        "report_ms": ms(statistics.median(report_s)) if report_s else None,
+        "report_trace_events": int(statistics.median(events)) if events else None,
+        "report_trace_steps": args.warmup + args.steps,
+        "report_ms_per_1k_events": (round(statistics.median(report_s) * 1e6 /
+                                          statistics.median(events), 4) if events else None),
+        "consistency": consistency,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=30, help="timed steps per variant per round")
+    ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds")
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="untimed steps per variant per round, inside its session/profiler")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=3)
+    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch.set_num_threads (default: leave as is)")
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help="comma-separated subset of " + ",".join(VARIANTS))
+    ap.add_argument("--session-repeats", type=int, default=10,
+                    help="repeats of the session start+stop measurement")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="also write the JSON to this file")
+    args = ap.parse_args(argv)
+    variants = [v for v in args.variants.split(",") if v]
+    if not variants or any(v not in VARIANTS for v in variants):
+        ap.error(f"--variants: choose from {', '.join(VARIANTS)}")
+    if args.steps < 1 or args.rounds < 1 or args.warmup < 0:
+        ap.error("--steps and --rounds must be >= 1, --warmup >= 0")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+
+    trainers = {v: Trainer(args) for v in variants}
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    round_medians: dict[str, list[float]] = {v: [] for v in variants}
+    acc: dict[str, Any] = {"timed_events": 0, "timed_steps": 0, "dropped_events": 0,
+                           "buffer_bytes_peak": 0, "trace_bytes": 0, "trace_steps": 0,
+                           "errors": [], "sessions": [], "exit_s": []}
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="rs-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        for rnd in range(args.rounds):
+            k = rnd % len(variants)
+            for v in variants[k:] + variants[:k]:  # rotate the order each round
+                gc.collect()
+                t = run_round(v, trainers[v], args, tmp, rnd, acc)
+                times[v].extend(t)
+                round_medians[v].append(statistics.median(t))
+        costs = session_costs(args, tmp, acc["sessions"]) if "tracked" in variants else None
+    wall = time.perf_counter() - t_start
+
+    results = {v: {"median_ms": ms(statistics.median(times[v])),
+                   "p90_ms": ms(percentile(times[v], 90)),
+                   "min_ms": ms(min(times[v])),
+                   "mean_ms": ms(statistics.fmean(times[v])),
+                   "steps": len(times[v]),
+                   "round_medians_ms": [ms(x) for x in round_medians[v]]}
+               for v in variants}
+    ratios: dict[str, Any] = {}
+    per_round: dict[str, Any] = {}
+    if "untracked" in variants:
+        base = statistics.median(times["untracked"])
+        for v in variants:
+            if v == "untracked":
+                continue
+            ratios[f"{v}_over_untracked"] = round(statistics.median(times[v]) / base, 4)
+            rr = [a / b for a, b in zip(round_medians[v], round_medians["untracked"])]
+            per_round[f"{v}_over_untracked"] = {"min": round(min(rr), 4),
+                                                "median": round(statistics.median(rr), 4),
+                                                "max": round(max(rr), 4)}
+    ratio = ratios.get("tracked_over_untracked")
+    out: dict[str, Any] = {
+        "schema_version": 1,
+        "benchmark": "training_step",
+        "date": time.strftime("%Y-%m-%d"),
+        "torch_version": torch.__version__,
+        "ridgescope_version": rs.__version__,
+        "python_version": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "config": {"model": "TinyGPT", "optimizer": "AdamW", "batch": args.batch,
+                   "seq_len": args.seq_len, "layers": args.layers, "d_model": args.d_model,
+                   "heads": args.heads, "vocab": args.vocab,
+                   "parameters": sum(p.numel() for p in next(iter(trainers.values()))
+                                     .model.parameters()),
+                   "steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
+                   "variants": variants, "seed": args.seed},
+        "results": results,
+        "ratios": ratios,
+        "per_round_ratios": per_round,
+        "targets": {"tracked_over_untracked_max": TARGET_TRACKED_OVER_UNTRACKED},
+        "meets_targets": ratio is not None and ratio <= TARGET_TRACKED_OVER_UNTRACKED,
+        "meets_targets_lifetime": (ratios.get("tracked_lifetime_over_untracked") or 99)
+        <= TARGET_TRACKED_OVER_UNTRACKED,
+        "wall_s": round(wall, 2),
+    }
+    if "tracked" in variants:
+        steps = max(acc["timed_steps"], 1)
+        out["tracking"] = {
+            "events_per_step": round(acc["timed_events"] / steps, 1),
+            "trace_bytes_per_step": round(acc["trace_bytes"] / max(acc["trace_steps"], 1), 1),
+            "trace_bytes_note": "trace file size / steps in it (includes the session header, "
+                                "metadata and registration of existing storages)",
+            "dropped_events": acc["dropped_events"],
+            "buffer_bytes_peak": acc["buffer_bytes_peak"],
+            "errors": acc["errors"],
+        }
+        out["session_costs"] = costs
+    if "profiler" in variants:
+        out["profiler_costs"] = {"exit_ms": ms(statistics.median(acc["exit_s"])),
+                                 "exit_note": "leaving the profile context after "
+                                              f"{args.warmup + args.steps} steps (median)"}
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+// module_context.h — the innermost module running on this thread, as the Python (or C++)
+// module hooks report it. The saved-tensor hook labels activations with it and the CPU
+// allocator source stamps it on every allocation, so even blocks no tag explains carry the
+// module that made them ("temporary in layers.0.attn").
+//
+// Thread-safety: the stack is thread-local (forward, and the recomputation of checkpointed
+// regions, run a module's hooks and its allocations on one thread). Reads are lock-free and
+// never allocate, so the allocator source may call current_module_context().
+#pragma once
+
+#include <cstdint>
+
+namespace ridgescope::sources {
+
+struct ModuleFrame {
+  std::uint32_t activation_label_id = 0;  // trace string "activation saved in <module>"
+  std::uint32_t context_id = 0;           // trace string "<module>" (hierarchical name)
+};
+
+void push_module(ModuleFrame frame) noexcept;
+void pop_module() noexcept;
+// The innermost frame on this thread, or nullptr outside every module.
+const ModuleFrame* current_module() noexcept;
+// The innermost module's context string id, 0 outside every module.
+std::uint32_t current_module_context() noexcept;
+
+}  // namespace ridgescope::sources
