@@ -10,5 +10,24 @@ cmake -S . -B build/core -G Ninja -DRIDGESCOPE_BUILD_TORCH=OFF -DRIDGESCOPE_BUIL
 cmake --build build/core
 ctest --test-dir build/core --output-on-failure
 
+echo "== C++ package: libridgescope, its Catch2 tests (with libtorch), install =="
+cmake -S . -B build/cpp -G Ninja -DCMAKE_BUILD_TYPE=Release -DRIDGESCOPE_INSTALL_CPP=ON \
+  -DRIDGESCOPE_BUILD_TESTS=ON -DPython_EXECUTABLE="$PWD/.venv/bin/python" \
+  -DCMAKE_INSTALL_PREFIX="$PWD/build/cpp-install" >/dev/null
+cmake --build build/cpp
+ctest --test-dir build/cpp --output-on-failure -R ridgescope_torch_tests
+rm -rf build/cpp-install && cmake --install build/cpp >/dev/null
+
+echo "== C++ example trainer, from a clean build directory: installed package, then add_subdirectory =="
+rm -rf build/example build/example-src
+cmake -S examples/cpp -B build/example -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -Dridgescope_DIR="$PWD/build/cpp-install/lib/cmake/ridgescope" >/dev/null
+cmake --build build/example
+cmake -S examples/cpp -B build/example-src -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DRIDGESCOPE_SOURCE_DIR="$PWD" -DPython_EXECUTABLE="$PWD/.venv/bin/python" >/dev/null
+cmake --build build/example-src
+(cd build/example && ./train_mlp --out run --steps 2)
+
 echo "== Python tests (pytest) =="
-.venv/bin/python -m pytest -q -p no:cacheprovider tests/python "$@"
+RIDGESCOPE_CPP_TRAINER="$PWD/build/example/train_mlp" \
+  .venv/bin/python -m pytest -q -p no:cacheprovider tests/python "$@"

@@ -1,15 +1,7 @@
-// ridgescope/ridgescope.h — umbrella header of the ridgescope C++ core.
-//
-// Includes the torch-free public API: categories, events, the recorder that writes traces, the
-// reader, the ledger, the analysis and the report. Thread-safety is stated in each header.
+// ridgescope/ridgescope.h — umbrella header for C++ trainers: the core (ridgescope/core.h)
+// and the libtorch session API (ridgescope/session.h). Code that must not depend on torch
+// includes ridgescope/core.h instead. Thread-safety is stated in each header.
 #pragma once
 
-#include "ridgescope/analysis.h"
-#include "ridgescope/category.h"
-#include "ridgescope/clock.h"
-#include "ridgescope/event.h"
-#include "ridgescope/ledger.h"
-#include "ridgescope/recorder.h"
-#include "ridgescope/report.h"
-#include "ridgescope/trace_format.h"
-#include "ridgescope/trace_reader.h"
+#include "ridgescope/core.h"
+#include "ridgescope/session.h"

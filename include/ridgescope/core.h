@@ -1,0 +1,14 @@
+// ridgescope/core.h — umbrella header of the torch-free core: categories, events, the
+// recorder that writes traces, the reader, the ledger, the analysis and the report.
+// Thread-safety is stated in each header.
+#pragma once
+
+#include "ridgescope/analysis.h"
+#include "ridgescope/category.h"
+#include "ridgescope/clock.h"
+#include "ridgescope/event.h"
+#include "ridgescope/ledger.h"
+#include "ridgescope/recorder.h"
+#include "ridgescope/report.h"
+#include "ridgescope/trace_format.h"
+#include "ridgescope/trace_reader.h"
