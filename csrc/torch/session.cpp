@@ -49,14 +49,12 @@ struct OptimizerKind {
 
 OptimizerKind describe(torch::optim::Optimizer& opt) {
   const auto& defaults = opt.defaults();
-  if (auto* o = dynamic_cast<const torch::optim::AdamOptions*>(&defaults)) {
-    return o->amsgrad() ? OptimizerKind{"Adam", 3, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}}
-                        : OptimizerKind{"Adam", 2, {"exp_avg", "exp_avg_sq"}};
-  }
-  if (auto* o = dynamic_cast<const torch::optim::AdamWOptions*>(&defaults)) {
-    return o->amsgrad() ? OptimizerKind{"AdamW", 3, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}}
-                        : OptimizerKind{"AdamW", 2, {"exp_avg", "exp_avg_sq"}};
-  }
+  auto adam = [](const char* type, bool amsgrad) {
+    return amsgrad ? OptimizerKind{type, 3, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}}
+                   : OptimizerKind{type, 2, {"exp_avg", "exp_avg_sq"}};
+  };
+  if (auto* o = dynamic_cast<const torch::optim::AdamOptions*>(&defaults)) return adam("Adam", o->amsgrad());
+  if (auto* o = dynamic_cast<const torch::optim::AdamWOptions*>(&defaults)) return adam("AdamW", o->amsgrad());
   if (auto* o = dynamic_cast<const torch::optim::SGDOptions*>(&defaults)) {
     return o->momentum() != 0 ? OptimizerKind{"SGD", 1, {"momentum_buffer"}} : OptimizerKind{"SGD", 0, {}};
   }
@@ -76,14 +74,15 @@ StateTensors state_tensors(const torch::optim::OptimizerParamState& state) {
   auto add = [&out](const char* key, const at::Tensor& t) {
     if (t.defined()) out.emplace_back(key, t);
   };
+  auto add_moments = [&add](const auto& s) {  // Adam and AdamW keep the same three
+    add("exp_avg", s.exp_avg());
+    add("exp_avg_sq", s.exp_avg_sq());
+    add("max_exp_avg_sq", s.max_exp_avg_sq());
+  };
   if (auto* s = dynamic_cast<const torch::optim::AdamParamState*>(&state)) {
-    add("exp_avg", s->exp_avg());
-    add("exp_avg_sq", s->exp_avg_sq());
-    add("max_exp_avg_sq", s->max_exp_avg_sq());
+    add_moments(*s);
   } else if (auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(&state)) {
-    add("exp_avg", s->exp_avg());
-    add("exp_avg_sq", s->exp_avg_sq());
-    add("max_exp_avg_sq", s->max_exp_avg_sq());
+    add_moments(*s);
   } else if (auto* s = dynamic_cast<const torch::optim::SGDParamState*>(&state)) {
     add("momentum_buffer", s->momentum_buffer());
   } else if (auto* s = dynamic_cast<const torch::optim::RMSpropParamState*>(&state)) {
