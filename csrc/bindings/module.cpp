@@ -83,7 +83,7 @@ PYBIND11_MODULE(_C, m) {
         "The CPU source's own count of live bytes in the running session (for tests).");
 
   py::class_<TrackingSession>(m, "Session")
-      .def(py::init<const std::string&>(), py::arg("path"))
+      .def(py::init<const std::string&, std::uint64_t>(), py::arg("path"), py::arg("capacity") = 0)
       .def("stop", &TrackingSession::stop, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("active", &TrackingSession::active)
       .def_property_readonly("degraded", &TrackingSession::degraded)

@@ -569,7 +569,8 @@ void add_warnings(Report& report) {
       std::string message = "The optimizer step of step " + std::to_string(p.step) +
                             " created " + detail::format_bytes(created) +
                             " of optimizer state lazily (it did not exist before that step).";
-      if (si + 1 < report.steps.size()) {
+      if (si + 1 < report.steps.size() && report.steps[si + 1].complete &&
+          report.steps[si + 1].peak_bytes > s.peak_bytes) {
         const StepStats& next = report.steps[si + 1];
         message += " From then on it is live during forward and backward as well: step " +
                    std::to_string(next.step) + " peaks at " + detail::format_bytes(next.peak_bytes) +

@@ -59,6 +59,8 @@ std::string report_to_json(const Report& r) {
   w.end_object();
 
   w.field("device", device_name(r.device));
+  w.key("device_capacity_bytes");
+  if (r.device_capacity_bytes) w.value(*r.device_capacity_bytes); else w.null();
   w.key("devices_seen").begin_array();
   for (Device d : r.devices_seen) w.value(device_name(d));
   w.end_array();

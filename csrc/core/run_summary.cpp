@@ -18,6 +18,7 @@ void read_run(const JsonValue& run, Report& r) {
   r.run.ridgescope_version = run.get_string("ridgescope_version").value_or("");
   r.run.torch_version = run.get_string("torch_version").value_or("");
   r.run.python_version = run.get_string("python_version").value_or("");
+  r.device_capacity_bytes = run.get_uint("device_capacity_bytes");
   if (const JsonValue* argv = run.get("argv"); argv && argv->type == JsonValue::Type::Array)
     for (const auto& a : argv->array)
       if (a.type == JsonValue::Type::String) r.run.argv.push_back(a.string);

@@ -6,6 +6,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -26,6 +27,7 @@ absl::flat_hash_map<void*, Entry>* g_blocks = nullptr;  // leaked: blocks outliv
 Recorder* g_recorder = nullptr;
 std::uint32_t g_generation = 0;
 std::uint64_t g_live_bytes = 0;
+std::uint64_t g_capacity = 0;  // simulated device capacity in bytes; 0: none
 // Adopted storages whose context is not ours to wrap (memory-mapped, shared, from_blob): counted
 // from adoption on, their frees unobservable. Cleared per session.
 absl::flat_hash_set<void*>* g_foreign = nullptr;
@@ -72,6 +74,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
   c10::Allocator* inner = nullptr;
 
   c10::DataPtr allocate(size_t n) override {
+    if (g_capacity != 0 && !t_in_source) check_capacity(n);
     c10::DataPtr dp = inner->allocate(n);
     void* ptr = dp.get();
     if (ptr == nullptr || t_in_source || dp.get_context() != ptr) {
@@ -100,6 +103,33 @@ class TrackingCpuAllocator final : public c10::Allocator {
 
   c10::DeleterFnPtr raw_deleter() const override { return &tracked_delete; }
 
+  // The simulated capacity: records the failed request with what was live, makes sure the trace
+  // is on disk, then fails the allocation as a device out of memory would.
+  static void check_capacity(std::size_t n) {
+    Recorder* recorder = nullptr;
+    std::uint64_t live = 0, capacity = 0;
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      if (g_recorder == nullptr || g_capacity == 0 || g_live_bytes + n <= g_capacity) return;
+      live = g_live_bytes;
+      capacity = g_capacity;
+      Event e;
+      e.kind = EventKind::Oom;
+      e.device = kCpu;
+      e.bytes = n;
+      e.value = capacity > live ? capacity - live : 0;  // what the "device" reports free
+      g_recorder->record(e);
+      recorder = g_recorder;
+    }
+    // Outside the source's lock: other threads keep allocating and freeing while this waits.
+    recorder->flush();
+    TORCH_CHECK_WITH(OutOfMemoryError, false,
+                     "CPU out of memory (ridgescope's simulated capacity of ", capacity,
+                     " bytes). Tried to allocate ", n, " bytes with ", live,
+                     " bytes in use. The trace holds what was live: `ridgescope report ",
+                     recorder->path(), "`.");
+  }
+
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
@@ -117,7 +147,7 @@ std::uint8_t g_priority = 0;
 
 }  // namespace
 
-bool install_cpu_allocator_source(Recorder* recorder) {
+bool install_cpu_allocator_source(Recorder* recorder, std::uint64_t capacity_bytes) {
   TrackingCpuAllocator& tracking = tracking_allocator();
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -128,6 +158,7 @@ bool install_cpu_allocator_source(Recorder* recorder) {
     g_recorder = recorder;
     ++g_generation;
     g_live_bytes = 0;
+    g_capacity = capacity_bytes;
   }
   c10::Allocator* current = c10::GetCPUAllocator();
   if (current != &tracking) {
@@ -153,6 +184,7 @@ void uninstall_cpu_allocator_source() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_recorder = nullptr;
   g_live_bytes = 0;
+  g_capacity = 0;
 }
 
 std::uint64_t register_cpu_storage(c10::StorageImpl* storage) {

@@ -23,8 +23,11 @@
 namespace ridgescope::sources {
 
 // Starts reporting to `recorder` (not owned; must outlive uninstall()). Returns false when a
-// session is already installed.
-bool install_cpu_allocator_source(Recorder* recorder);
+// session is already installed. A non-zero `capacity_bytes` simulates a device of that size:
+// an allocation that would take the session's live bytes past it records an `oom` event,
+// flushes the trace and throws c10::OutOfMemoryError (torch.OutOfMemoryError in Python), as a
+// real device would (tests and teaching).
+bool install_cpu_allocator_source(Recorder* recorder, std::uint64_t capacity_bytes = 0);
 
 // Stops reporting and restores the previous CPU allocator.
 void uninstall_cpu_allocator_source();

@@ -109,6 +109,7 @@ struct Session::Impl {
   std::unordered_map<const void*, std::string> names;  // TensorImpl* -> parameter name
   std::map<std::pair<const void*, std::string>, const void*> tagged_state;  // -> block tagged
   bool warned_outlived = false;
+  std::uint64_t capacity = 0;  // simulated device capacity, bytes (0: none)
 
   bool active() const { return native && native->active(); }
   void track(torch::nn::Module& model, torch::optim::Optimizer* optimizer);
@@ -151,7 +152,8 @@ struct Session::Impl {
 };
 
 Session::Session(Options options) : impl_(std::make_shared<Impl>()) {
-  impl_->native = std::make_unique<TrackingSession>(options.out());
+  impl_->native = std::make_unique<TrackingSession>(options.out(), options.capacity());
+  impl_->capacity = options.capacity();
 }
 
 Session::~Session() { stop(); }
@@ -205,6 +207,7 @@ void Session::Impl::track(torch::nn::Module& model, torch::optim::Optimizer* opt
   w.begin_object();
   w.field("ridgescope_version", "0.1.0").field("torch_version", TORCH_VERSION);
   w.key("argv").begin_array().end_array();
+  if (capacity != 0) w.field("device_capacity_bytes", capacity);
   w.key("model").begin_object();
   w.field("class", model.name()).field("parameters", count);
   w.field("parameter_tensors", static_cast<std::uint64_t>(params.size()));

@@ -27,10 +27,11 @@ bool storage_block(const at::Tensor& tensor, Device* device, std::uint64_t* addr
 
 }  // namespace
 
-TrackingSession::TrackingSession(const std::string& path) : recorder_(path) {
+TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity_bytes)
+    : recorder_(path) {
   sample_name_id_ = recorder_.intern("allocator_live_bytes");
   outside_label_id_ = recorder_.intern("activation saved outside the model (loss or functional code)");
-  if (!install_cpu_allocator_source(&recorder_)) {
+  if (!install_cpu_allocator_source(&recorder_, capacity_bytes)) {
     recorder_.close();
     throw std::runtime_error(
         "ridgescope: a tracking session is already running in this process; sessions do not "

@@ -30,7 +30,8 @@ class TrackingSession {
  public:
   // Creates the trace, installs the CPU allocator source. Throws std::runtime_error when a
   // session is already running or the path cannot be written.
-  explicit TrackingSession(const std::string& path);
+  // capacity_bytes: a simulated CPU device capacity (0: none); see cpu_allocator_source.h.
+  explicit TrackingSession(const std::string& path, std::uint64_t capacity_bytes = 0);
   ~TrackingSession();
   TrackingSession(const TrackingSession&) = delete;
   TrackingSession& operator=(const TrackingSession&) = delete;

@@ -163,6 +163,7 @@ struct Report {
   TraceInfo trace;
   Device device;
   std::vector<Device> devices_seen;
+  std::optional<std::uint64_t> device_capacity_bytes;  // when known (the run's metadata)
   PeakInfo peak;
   std::vector<StepStats> steps;
   std::vector<OomRecord> ooms;

@@ -57,8 +57,18 @@ class Options {
   }
   const std::string& out() const noexcept { return out_; }
 
+  // A simulated device capacity in bytes for CPU runs (0, the default: none). An allocation
+  // past it records the failure in the trace and throws c10::OutOfMemoryError, as a device
+  // out of memory would.
+  Options& capacity(std::uint64_t bytes) {
+    capacity_ = bytes;
+    return *this;
+  }
+  std::uint64_t capacity() const noexcept { return capacity_; }
+
  private:
   std::string out_ = "ridgescope.rstrace";
+  std::uint64_t capacity_ = 0;
 };
 
 class Session {

@@ -14,6 +14,7 @@ import torch
 
 from . import _C, _model_info
 from ._errors import RidgescopeError
+from ._format import parse_bytes
 from ._instrument import Instrumentation
 from ._report import Report
 
@@ -33,7 +34,8 @@ class Session:
 
     def __init__(self, model: torch.nn.Module | None = None,
                  optimizer: torch.optim.Optimizer | None = None,
-                 out: str | os.PathLike[str] | None = None, *, activations: bool = True) -> None:
+                 out: str | os.PathLike[str] | None = None, *, activations: bool = True,
+                 capacity: int | str | None = None) -> None:
         if model is not None and not isinstance(model, torch.nn.Module):
             raise TypeError(f"ridgescope.track: model must be a torch.nn.Module, got "
                             f"{type(model).__module__}.{type(model).__qualname__}")
@@ -43,6 +45,10 @@ class Session:
         self.model = model
         self.optimizer = optimizer
         self.path = Path(out) if out is not None else _default_trace_path()
+        try:
+            self.capacity = parse_bytes(capacity) if capacity is not None else None
+        except ValueError as exc:
+            raise ValueError(f"ridgescope.track: capacity: {exc}") from None
         self._activations = activations
         self._native: Any = None
         self._instr: Instrumentation | None = None
@@ -61,12 +67,14 @@ class Session:
                 raise RidgescopeError(f"cannot write the trace to {self.path}: "
                                       f"directory {parent} does not exist")
             try:
-                self._native = _C.Session(str(self.path))
+                self._native = _C.Session(str(self.path), self.capacity or 0)
             except RuntimeError as exc:
                 raise RidgescopeError(str(exc).removeprefix("ridgescope: ")) from None
             _active = self
         try:
             run = _model_info.describe_run(self.model, self.optimizer, __version__)
+            if self.capacity:
+                run["device_capacity_bytes"] = self.capacity
             self._native.metadata("run", json.dumps(run, sort_keys=True))
             self._instr = Instrumentation(self._native, self.model, self.optimizer,
                                           activations=self._activations)
@@ -149,7 +157,8 @@ class Session:
 
 
 def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
-          out: str | os.PathLike[str] | None = None, *, activations: bool = True) -> Session:
+          out: str | os.PathLike[str] | None = None, *, activations: bool = True,
+          capacity: int | str | None = None) -> Session:
     """Tracks memory while the ``with`` block runs::
 
         with rs.track(model=model, optimizer=opt, out="run.rstrace") as session:
@@ -161,10 +170,12 @@ def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer
     directory). ``activations=True`` (the default) tags every tensor autograd saves through the
     saved-tensor hook; ``activations=False`` skips that hook, whose cost inside torch is a few
     microseconds per saved tensor, and infers activations from lifetimes instead, labelled by
-    the module that made them (docs/categories.md). Raises RidgescopeError for a nested session or an unwritable
+    the module that made them (docs/categories.md). ``capacity`` ("2GiB", or bytes) simulates
+    a device of that size on the CPU: an allocation past it raises ``torch.OutOfMemoryError``
+    as a GPU would, after the trace has recorded the failed request and what was live. Raises RidgescopeError for a nested session or an unwritable
     path, TypeError for a model or optimizer of the wrong type.
     """
-    return Session(model, optimizer, out, activations=activations)
+    return Session(model, optimizer, out, activations=activations, capacity=capacity)
 
 
 @contextlib.contextmanager

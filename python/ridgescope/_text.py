@@ -90,6 +90,16 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
                            f"{_composition(ph['peak_by_category'], ph['peak_bytes'])}")
         out.append("")
 
+    if d["ooms"]:
+        cap = d.get("device_capacity_bytes")
+        out.append(f"Out of memory ({len(d['ooms'])}):" + (f" device capacity {format_bytes(cap)}" if cap else ""))
+        for o in d["ooms"]:
+            out.append(f"  step {o['step']}, {o['phase']}: a request of {format_bytes(o['request_bytes'])} "
+                       f"failed with {format_bytes(o['live_bytes'])} live and "
+                       f"{format_bytes(o['device_free_bytes'])} free; live then: "
+                       f"{_composition(o['by_category'], o['live_bytes'], limit=5)}")
+        out.append("")
+
     if d["warnings"]:
         out.append("Warnings:")
         for w in d["warnings"]:

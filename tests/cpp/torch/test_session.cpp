@@ -131,3 +131,20 @@ SCENARIO("misuse of the C++ API gets a clear error", "[torch][session]") {
     CHECK_THROWS_WITH(PhaseGuard(session, Phase::Backward), Catch::Matchers::Contains("stopped"));
   }
 }
+
+SCENARIO("a simulated capacity fails an allocation as a device would, after recording it", "[torch][session]") {
+  torch::nn::Linear model(256, 256);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  Session session(ridgescope::Options{}.out(temp_trace("capacity")).capacity(1 << 20));
+  session.track(*model, optimizer);
+  {
+    PhaseGuard g(session, Phase::Forward);
+    CHECK_THROWS_AS(torch::empty({1 << 20}), c10::OutOfMemoryError);
+  }
+  const ridgescope::Report r = session.report();
+  REQUIRE(r.ooms.size() == 1);
+  CHECK(r.ooms[0].request_bytes == 4u << 20);
+  CHECK(r.ooms[0].phase == "forward");
+  CHECK(r.ooms[0].live_bytes == param_bytes(*model));
+  CHECK(r.device_capacity_bytes == std::uint64_t{1} << 20);
+}
