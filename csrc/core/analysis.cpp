@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "format_bytes.h"
 #include "run_summary.h"
+#include "ridgescope/forensics.h"
 #include "ridgescope/ledger.h"
 #include "ridgescope/trace_reader.h"
 
@@ -250,6 +251,7 @@ class ReplayPass {
   void run(TraceReader& reader) {
     Event e;
     while (reader.next(e)) {
+      if (e.kind != EventKind::String && e.kind != EventKind::Metadata) sample_dashboards(e.time_ns);
       switch (e.kind) {
         case EventKind::Alloc: on_alloc(e); break;
         case EventKind::Free:
@@ -387,6 +389,7 @@ class ReplayPass {
 
   void close_phase(std::size_t i, std::uint64_t time_ns, bool complete) {
     PhaseStats& p = phase_at(i);
+    if (complete && p.phase == "optimizer_step") completed_optimizer_step_ = true;
     p.complete = complete;
     p.end_time_ns = time_ns;
     p.end_bytes = ledger_.live_bytes();
@@ -414,7 +417,31 @@ class ReplayPass {
   }
 
   void on_oom(const Event& e) {
+    OomContext c;
+    c.request_bytes = e.bytes;
+    c.live_bytes = ledger_.live_bytes();
+    c.reserved_bytes = ledger_.reserved_bytes();
+    c.device_free_bytes = e.value;
+    c.by_category = ledger_.by_category();
+    c.phase = phase_stack_.empty() ? std::string("idle") : phase_name(phase_stack_.back());
+    c.step = current_step_;
+    for (std::size_t i = open_phases_.size(); i-- > 0;) {
+      const PhaseStats& p = phase_at(i);
+      if (p.phase != "optimizer_step") continue;
+      c.first_optimizer_step = !completed_optimizer_step_;
+      const auto k = category_index(Category::OptimizerState);
+      c.optimizer_state_created = ledger_.by_category()[k] - std::min(ledger_.by_category()[k], p.start_by_category[k]);
+      break;
+    }
+    std::vector<AddressRange> segments, blocks;
+    ledger_.for_each_segment([&](std::uint64_t addr, std::uint64_t bytes) { segments.push_back({addr, bytes}); });
+    if (!segments.empty()) {
+      ledger_.for_each_live([&](std::uint64_t addr, const LiveBlock& b) { blocks.push_back({addr, b.bytes}); });
+    }
+    c.free = free_space(std::move(segments), std::move(blocks));
+    oom_contexts_.push_back(c);
     OomRecord o;
+    o.free = c.free;
     o.request_bytes = e.bytes;
     o.device_free_bytes = e.value;
     o.step = current_step_;
@@ -549,6 +576,37 @@ class ReplayPass {
   std::vector<std::pair<std::size_t, std::size_t>> open_phases_;  // (step index, phase index)
   absl::flat_hash_map<std::uint32_t, std::uint32_t> occurrences_;  // per phase name, this step
   absl::flat_hash_map<std::uint64_t, std::uint64_t> alloc_step_;   // live block id -> step
+  bool completed_optimizer_step_ = false;
+
+ public:
+  std::vector<OomContext> oom_contexts_;  // one per report.ooms entry, explained after the run
+
+ private:
+  // Dashboards: the live bytes a sampler would read every period (15 s and 30 s).
+  struct Sampler {
+    std::uint64_t period_ns, next_ns, samples = 0, max = 0;
+  };
+  std::vector<Sampler> samplers_;
+  bool sampling_started_ = false;
+
+  void sample_dashboards(std::uint64_t now_ns) {
+    if (!sampling_started_) {
+      sampling_started_ = true;
+      for (std::uint64_t period : {15'000'000'000ull, 30'000'000'000ull}) samplers_.push_back({period, now_ns});
+    }
+    for (Sampler& s : samplers_) {
+      while (now_ns >= s.next_ns) {  // the state as of just before this event
+        ++s.samples;
+        s.max = std::max(s.max, ledger_.live_bytes());
+        s.next_ns += s.period_ns;
+      }
+    }
+  }
+
+ public:
+  void finish_dashboards() {
+    for (const Sampler& s : samplers_) report_.dashboards.push_back({s.period_ns, s.samples, s.max});
+  }
 };
 
 void add_warnings(Report& report) {
@@ -639,8 +697,15 @@ Report analyze_trace(const std::string& path, const AnalysisOptions& options) {
   reader.rewind();
   ReplayPass replay(reader, lifetimes.resolved(), device, peak_seq, has_peak, options, report);
   replay.run(reader);
+  replay.finish_dashboards();
   add_warnings(report);
   detail::summarise_run(report);
+  // The verdicts need the device capacity, which the run's metadata gives.
+  for (std::size_t i = 0; i < report.ooms.size() && i < replay.oom_contexts_.size(); ++i) {
+    OomContext& c = replay.oom_contexts_[i];
+    c.capacity_bytes = report.device_capacity_bytes;
+    report.ooms[i].verdict = explain_oom(c);
+  }
   return report;
 }
 

@@ -16,6 +16,10 @@ Ledger& Ledger::operator=(Ledger&&) noexcept = default;
 
 std::size_t Ledger::live_blocks() const noexcept { return maps_->blocks.size(); }
 
+void Ledger::for_each_segment(const std::function<void(std::uint64_t, std::uint64_t)>& fn) const {
+  for (const auto& [addr, bytes] : maps_->segments) fn(addr, bytes);
+}
+
 void Ledger::for_each_live(const std::function<void(std::uint64_t, const LiveBlock&)>& fn) const {
   for (const auto& [addr, block] : maps_->blocks) fn(addr, block);
 }

@@ -118,6 +118,23 @@ std::string report_to_json(const Report& r) {
     w.field("step", o.step).field("phase", o.phase).field("time_ns", o.time_ns);
     w.field("live_bytes", o.live_bytes).field("reserved_bytes", o.reserved_bytes);
     write_categories(w, "by_category", o.by_category);
+    w.key("free").begin_object();
+    w.field("free_bytes", o.free.free_bytes).field("largest_free_block", o.free.largest_free_block);
+    w.field("free_blocks", o.free.free_blocks);
+    w.key("histogram").begin_array();
+    for (auto n : o.free.histogram) w.value(n);
+    w.end_array();
+    w.end_object();
+    w.key("verdict").begin_object();
+    w.field("kind", o.verdict.kind).field("summary", o.verdict.summary);
+    w.field("dominant_category", category_name(o.verdict.dominant));
+    w.key("evidence").begin_array();
+    for (const auto& x : o.verdict.evidence) w.value(x);
+    w.end_array();
+    w.key("remedies").begin_array();
+    for (const auto& x : o.verdict.remedies) w.begin_object().field("action", x.action).field("trade_off", x.trade_off).end_object();
+    w.end_array();
+    w.end_object();
     w.end_object();
   }
   w.end_array();
@@ -135,6 +152,13 @@ std::string report_to_json(const Report& r) {
   w.field("first_difference_bytes", r.consistency.first_difference_bytes);
   w.field("first_mismatch_seq", r.consistency.first_mismatch_seq);
   w.end_object();
+
+  w.key("dashboards").begin_array();
+  for (const SamplerView& d : r.dashboards) {
+    w.begin_object().field("period_s", static_cast<std::uint64_t>(d.period_ns / 1'000'000'000u)).field("samples", d.samples);
+    w.field("max_sample_bytes", d.max_sample_bytes).end_object();
+  }
+  w.end_array();
 
   w.key("anomalies").begin_object();
   w.field("unknown_frees", r.anomalies.unknown_frees);

@@ -73,6 +73,9 @@ class Ledger {
   std::size_t live_blocks() const noexcept;
   const LedgerAnomalies& anomalies() const noexcept { return anomalies_; }
 
+  // Calls fn(address, bytes) for every reserved segment, in no particular order.
+  void for_each_segment(const std::function<void(std::uint64_t, std::uint64_t)>& fn) const;
+
   // Calls fn(address, block) for every live block, in no particular order.
   void for_each_live(const std::function<void(std::uint64_t, const LiveBlock&)>& fn) const;
 

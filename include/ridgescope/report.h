@@ -16,6 +16,7 @@
 
 #include "ridgescope/category.h"
 #include "ridgescope/event.h"
+#include "ridgescope/forensics.h"
 #include "ridgescope/ledger.h"
 
 namespace ridgescope {
@@ -88,6 +89,15 @@ struct OomRecord {
   std::uint64_t time_ns = 0;
   std::uint64_t live_bytes = 0, reserved_bytes = 0;
   CategoryBytes by_category{};
+  FreeSpace free;    // the cache's free space at the failure
+  Verdict verdict;   // why, and what to change
+};
+
+// What dashboards that sample memory periodically would have drawn for this run.
+struct SamplerView {
+  std::uint64_t period_ns = 0;
+  std::uint64_t samples = 0;
+  std::uint64_t max_sample_bytes = 0;  // the highest sample: what the dashboard calls the peak
 };
 
 struct ReportWarning {
@@ -169,6 +179,7 @@ struct Report {
   std::vector<OomRecord> ooms;
   std::vector<ReportWarning> warnings;
   ConsistencyCheck consistency;
+  std::vector<SamplerView> dashboards;  // 15 s and 30 s samplers, next to peak.bytes
   LedgerAnomalies anomalies;
   std::uint64_t allocations = 0, frees = 0, tags = 0;
   std::uint64_t final_live_bytes = 0;

@@ -40,6 +40,57 @@ def _model_lines(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def render_oom(o: dict[str, Any]) -> list[str]:
+    """One failed request: what failed, why (the verdict and its evidence), what to change."""
+    v = o.get("verdict") or {}
+    lines = [f"  step {o['step']}, {o['phase']}: a request of {format_bytes(o['request_bytes'])} "
+             f"failed with {format_bytes(o['live_bytes'])} live and "
+             f"{format_bytes(o['device_free_bytes'])} free; live then: "
+             f"{_composition(o['by_category'], o['live_bytes'], limit=5)}"]
+    if v.get("kind"):
+        lines.append(f"    Why ({v['kind']}): {v['summary']}")
+        for e in v.get("evidence", []):
+            lines.append(f"      - {e}")
+        if v.get("remedies"):
+            lines.append("    What to change:")
+            for r in v["remedies"]:
+                lines.append(f"      * {r['action']} (trade-off: {r['trade_off']})")
+    return lines
+
+
+def render_dashboards(d: dict[str, Any]) -> list[str]:
+    """What periodic samplers would have drawn, next to the true peak."""
+    peak = d["peak"]["bytes"]
+    lines = [f"True peak (from the allocator): {format_bytes(peak)}"]
+    for s in d.get("dashboards", []):
+        lines.append(f"  a dashboard sampling every {s['period_s']} s: {s['samples']} sample(s), highest "
+                     f"{format_bytes(s['max_sample_bytes'])}"
+                     + ("" if s["max_sample_bytes"] >= peak else
+                        f" ({format_bytes(peak - s['max_sample_bytes'])} below the true peak)"))
+    if d["ooms"]:
+        lines.append("  A failed request is never allocated, so no sampler ever shows it.")
+    return lines
+
+
+def render_explain(d: dict[str, Any]) -> str:
+    """`ridgescope explain`: every OOM's verdict and remedies, and why dashboards disagree."""
+    out = [f"ridgescope explain: {d['trace']['path']} ({d['device']}"
+           + (f", capacity {format_bytes(d['device_capacity_bytes'])}" if d.get("device_capacity_bytes") else "")
+           + ")", ""]
+    if d["ooms"]:
+        out.append(f"Out of memory ({len(d['ooms'])}):")
+        for o in d["ooms"]:
+            out.extend(render_oom(o))
+    else:
+        out.append("No out-of-memory error in this trace.")
+        p = d["peak"]
+        out.append(f"Its peak: {format_bytes(p['bytes'])} in step {p['step']}, {p['phase']}: "
+                   f"{_composition(p['by_category'], p['bytes'], limit=5)}")
+    out.append("")
+    out.extend(render_dashboards(d))
+    return "\n".join(out).rstrip() + "\n"
+
+
 def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> str:
     out: list[str] = []
     t = d["trace"]
@@ -94,10 +145,7 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
         cap = d.get("device_capacity_bytes")
         out.append(f"Out of memory ({len(d['ooms'])}):" + (f" device capacity {format_bytes(cap)}" if cap else ""))
         for o in d["ooms"]:
-            out.append(f"  step {o['step']}, {o['phase']}: a request of {format_bytes(o['request_bytes'])} "
-                       f"failed with {format_bytes(o['live_bytes'])} live and "
-                       f"{format_bytes(o['device_free_bytes'])} free; live then: "
-                       f"{_composition(o['by_category'], o['live_bytes'], limit=5)}")
+            out.extend(render_oom(o))
         out.append("")
 
     if d["warnings"]:

@@ -86,3 +86,56 @@ def test_capacities_are_read_with_their_units(text, expected):
 def test_a_bad_capacity_is_refused_at_the_call(bad, trace_path):
     with pytest.raises(ValueError, match="capacity"):
         rs.track(out=trace_path, capacity=bad)
+
+
+def dry_run_phase_peaks(model_fn, batch_fn, loss_fn, tmp_path):
+    model = model_fn()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with rs.track(model=model, optimizer=opt, out=tmp_path / "dry.rstrace") as s:
+        train(model, opt, batch_fn, loss_fn, steps=2)
+    return {(p["step"], p["phase"]): p["peak_bytes"] for st in s.report().steps for p in st["phases"]}
+
+
+def test_a_real_loop_that_fails_at_its_first_optimizer_step_gets_the_lazy_state_verdict(tmp_path):
+    """Given a capacity above the first forward and backward but below what the first AdamW
+    step adds, the OOM is in step 0's optimizer step and the verdict names lazy optimizer state
+    with optimizer-state remedies only."""
+    from conftest import make_mlp, mlp_batch, mlp_loss
+    peaks = dry_run_phase_peaks(make_mlp, lambda i: mlp_batch(4, i), mlp_loss, tmp_path)
+    capacity = max(peaks[(0, "forward")], peaks[(0, "backward")]) + 1024
+    assert capacity < peaks[(0, "optimizer_step")]
+    model = make_mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with pytest.raises(torch.OutOfMemoryError):
+        with rs.track(model=model, optimizer=opt, out=tmp_path / "lazy.rstrace", capacity=capacity):
+            train(model, opt, lambda i: mlp_batch(4, i), mlp_loss, steps=2)
+    oom = rs.load(tmp_path / "lazy.rstrace").to_dict()["ooms"][0]
+    assert (oom["step"], oom["phase"]) == (0, "optimizer_step")
+    assert oom["verdict"]["kind"] == "lazy_optimizer_state"
+    actions = " ".join(r["action"] for r in oom["verdict"]["remedies"])
+    assert "optimizer state" in actions and "checkpointing" not in actions
+
+
+def test_a_real_loop_that_fails_in_its_first_forward_gets_the_activation_verdict(tmp_path):
+    peaks = dry_run_phase_peaks(make_gpt, lambda i: gpt_inputs(16, i), models.gpt_loss, tmp_path)
+    capacity = peaks[(0, "forward")] * 3 // 4
+    model = make_gpt()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with pytest.raises(torch.OutOfMemoryError):
+        with rs.track(model=model, optimizer=opt, out=tmp_path / "act.rstrace", capacity=capacity):
+            train(model, opt, lambda i: gpt_inputs(16, i), models.gpt_loss, steps=2)
+    oom = rs.load(tmp_path / "act.rstrace").to_dict()["ooms"][0]
+    assert (oom["step"], oom["phase"]) == (0, "forward")
+    assert oom["verdict"]["kind"] == "live_tensors"
+    assert oom["verdict"]["dominant_category"] == "activation"
+    actions = " ".join(r["action"] for r in oom["verdict"]["remedies"])
+    assert "checkpointing" in actions and "optimizer state" not in actions
+
+
+def test_explain_prints_the_verdict_and_the_dashboards(tmp_path):
+    test_a_real_loop_that_fails_in_its_first_forward_gets_the_activation_verdict(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "ridgescope.cli", "explain", str(tmp_path / "act.rstrace")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Why (live_tensors)" in out.stdout and "What to change" in out.stdout
+    assert "a dashboard sampling every 15 s" in out.stdout

@@ -36,7 +36,7 @@ class TraceBuilder {
     e.device = device_;
     e.addr = addr;
     e.bytes = e.requested_bytes = bytes;
-    recorder_.record(e);
+    emit(e);
     return *this;
   }
   TraceBuilder& free(std::uint64_t addr, std::uint64_t bytes = 0) {
@@ -45,7 +45,7 @@ class TraceBuilder {
     e.device = device_;
     e.addr = addr;
     e.bytes = bytes;
-    recorder_.record(e);
+    emit(e);
     return *this;
   }
   TraceBuilder& tag(std::uint64_t addr, Category c, const std::string& label, bool weak = false) {
@@ -56,7 +56,7 @@ class TraceBuilder {
     e.category = c;
     e.flags = weak ? kTagWeak : 0;
     e.string_id = recorder_.intern(label);
-    recorder_.record(e);
+    emit(e);
     return *this;
   }
   TraceBuilder& begin(const std::string& phase) { return phase_event(EventKind::PhaseBegin, phase); }
@@ -65,7 +65,7 @@ class TraceBuilder {
     Event e;
     e.kind = EventKind::Step;
     e.value = n;
-    recorder_.record(e);
+    emit(e);
     return *this;
   }
   TraceBuilder& sample(std::uint64_t live_bytes) {
@@ -74,7 +74,7 @@ class TraceBuilder {
     e.device = device_;
     e.string_id = recorder_.intern("allocator_live_bytes");
     e.value = live_bytes;
-    recorder_.record(e);
+    emit(e);
     return *this;
   }
   TraceBuilder& oom(std::uint64_t request, std::uint64_t device_free) {
@@ -83,11 +83,26 @@ class TraceBuilder {
     e.device = device_;
     e.bytes = request;
     e.value = device_free;
-    recorder_.record(e);
+    emit(e);
     return *this;
   }
   TraceBuilder& metadata(const std::string& key, const std::string& json) {
     recorder_.metadata(key, json);
+    return *this;
+  }
+  // From now on, events carry this time (nanoseconds) instead of the clock's.
+  TraceBuilder& at(std::uint64_t time_ns) {
+    explicit_time_ = true;
+    time_ns_ = time_ns;
+    return *this;
+  }
+  TraceBuilder& segment(std::uint64_t addr, std::uint64_t bytes) {
+    Event e;
+    e.kind = EventKind::SegmentAlloc;
+    e.device = device_;
+    e.addr = addr;
+    e.bytes = bytes;
+    emit(e);
     return *this;
   }
   void close() { recorder_.close(); }
@@ -98,11 +113,21 @@ class TraceBuilder {
     Event e;
     e.kind = kind;
     e.string_id = recorder_.intern(phase);
-    recorder_.record(e);
+    emit(e);
     return *this;
+  }
+  void emit(Event e) {
+    if (explicit_time_) {
+      e.time_ns = time_ns_;
+      recorder_.record_timed(e);
+    } else {
+      recorder_.record(e);
+    }
   }
   Recorder recorder_;
   Device device_;
+  bool explicit_time_ = false;
+  std::uint64_t time_ns_ = 0;
 };
 
 }  // namespace ridgescope::testing

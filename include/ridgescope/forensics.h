@@ -1,0 +1,76 @@
+// ridgescope/forensics.h — why a run ran out of memory, and what to change (docs/forensics.md).
+//
+// explain_oom() turns the state at a failed request (what was live, by category and by block
+// address, the segments reserved, the phase and step) into one verdict with its evidence and
+// the remedies that fit the category that dominates. free_space() answers, at any instant,
+// whether a request could be served from the allocator's cache. The analysis calls both while
+// it replays a trace; reports carry the results.
+//
+// Thread-safety: pure functions of their arguments.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ridgescope/category.h"
+
+namespace ridgescope {
+
+// The free space inside reserved segments at one instant.
+struct FreeSpace {
+  std::uint64_t free_bytes = 0;           // reserved minus live, inside segments
+  std::uint64_t largest_free_block = 0;   // the largest contiguous gap, bytes
+  std::uint64_t free_blocks = 0;          // number of gaps
+  // Gaps by size: bucket i counts gaps of [2^(i+20), 2^(i+21)) bytes, bucket 0 everything
+  // below 2 MiB (1 MiB and less included).
+  std::vector<std::uint64_t> histogram;
+  bool can_serve(std::uint64_t request) const noexcept { return largest_free_block >= request; }
+};
+
+// A block or segment by address, for free_space().
+struct AddressRange {
+  std::uint64_t addr = 0;
+  std::uint64_t bytes = 0;
+};
+
+// Gaps between live blocks inside each segment. Inputs need not be sorted.
+FreeSpace free_space(std::vector<AddressRange> segments, std::vector<AddressRange> live_blocks);
+
+struct Remedy {
+  std::string action;     // what to change
+  std::string trade_off;  // what it costs
+};
+
+struct Verdict {
+  // "fragmentation", "live_tensors", "non_pytorch", "lazy_optimizer_state", "transient_peak",
+  // "checkpoint_staging"
+  std::string kind;
+  std::string summary;                 // one plain-language sentence
+  std::vector<std::string> evidence;   // the figures behind it
+  Category dominant = Category::Unknown;  // the category that held the most at the failure
+  std::vector<Remedy> remedies;
+};
+
+// What the analysis knows at a failed request.
+struct OomContext {
+  std::uint64_t request_bytes = 0;
+  std::uint64_t live_bytes = 0, reserved_bytes = 0;
+  std::optional<std::uint64_t> capacity_bytes;  // device capacity when known
+  std::optional<std::uint64_t> device_free_bytes;
+  std::array<std::uint64_t, kCategoryCount> by_category{};
+  std::string phase;                           // innermost phase ("idle" outside any)
+  std::uint64_t step = 0;
+  bool first_optimizer_step = false;           // failing inside the first optimizer_step
+  std::uint64_t optimizer_state_created = 0;   // optimizer state made by this step so far, bytes
+  FreeSpace free;
+};
+
+Verdict explain_oom(const OomContext& context);
+
+// The remedies that fit a category (docs/forensics.md lists them with their trade-offs).
+std::vector<Remedy> remedies_for(Category category);
+
+}  // namespace ridgescope

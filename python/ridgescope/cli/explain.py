@@ -1,0 +1,28 @@
+"""``ridgescope explain FILE``: why the run ran out of memory, and what to change."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = ("Explain a trace's out-of-memory errors (verdict, evidence, remedies) and what "
+        "periodic dashboards would have shown next to the true peak.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", type=Path, help="a ridgescope trace (.rstrace)")
+    parser.add_argument("-o", "--output", type=Path, default=None,
+                        help="write the explanation to this file instead of standard output")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .._report import load
+    from .._text import render_explain
+
+    text = render_explain(load(args.file).to_dict())
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0
