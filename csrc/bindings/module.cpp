@@ -89,6 +89,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("degraded", &TrackingSession::degraded)
       .def_property_readonly("error", &TrackingSession::error)
       .def_property_readonly("path", &TrackingSession::path)
+      .def("start_driver_view", &TrackingSession::start_driver_view, py::arg("interval_ms") = 100)
       .def("flush", &TrackingSession::flush, py::call_guard<py::gil_scoped_release>())
       .def("intern", &TrackingSession::intern)
       .def("metadata", &TrackingSession::metadata)

@@ -433,12 +433,7 @@ class ReplayPass {
       c.optimizer_state_created = ledger_.by_category()[k] - std::min(ledger_.by_category()[k], p.start_by_category[k]);
       break;
     }
-    std::vector<AddressRange> segments, blocks;
-    ledger_.for_each_segment([&](std::uint64_t addr, std::uint64_t bytes) { segments.push_back({addr, bytes}); });
-    if (!segments.empty()) {
-      ledger_.for_each_live([&](std::uint64_t addr, const LiveBlock& b) { blocks.push_back({addr, b.bytes}); });
-    }
-    c.free = free_space(std::move(segments), std::move(blocks));
+    c.free = current_free_space();
     oom_contexts_.push_back(c);
     OomRecord o;
     o.free = c.free;
@@ -453,8 +448,31 @@ class ReplayPass {
     report_.ooms.push_back(std::move(o));
   }
 
+  // The gaps between live blocks inside the reserved segments now.
+  FreeSpace current_free_space() const {
+    std::vector<AddressRange> segments, blocks;
+    ledger_.for_each_segment([&](std::uint64_t addr, std::uint64_t bytes) { segments.push_back({addr, bytes}); });
+    if (!segments.empty()) {
+      ledger_.for_each_live([&](std::uint64_t addr, const LiveBlock& b) { blocks.push_back({addr, b.bytes}); });
+    }
+    return free_space(std::move(segments), std::move(blocks));
+  }
+
   void on_sample(const Event& e) {
-    if (reader_.string(e.string_id) != kAllocatorLiveSample) return;
+    const std::string_view name = reader_.string(e.string_id);
+    if (name == "nvml_used_bytes") {
+      DriverView& d = report_.driver_view;
+      ++d.samples;
+      d.max_used_bytes = std::max(d.max_used_bytes, e.value);
+      const std::uint64_t reserved = ledger_.reserved_bytes();
+      if (e.value > reserved) d.max_non_pytorch_bytes = std::max(d.max_non_pytorch_bytes, e.value - reserved);
+      return;
+    }
+    if (name == "nvml_total_bytes") {
+      report_.driver_view.total_bytes = e.value;
+      return;
+    }
+    if (name != kAllocatorLiveSample) return;
     auto& c = report_.consistency;
     ++c.samples;
     if (e.value != ledger_.live_bytes()) {
@@ -498,6 +516,7 @@ class ReplayPass {
     peak.seq = e.seq;
     peak.by_category = ledger_.by_category();
 
+    peak.free = current_free_space();
     std::vector<std::pair<std::uint64_t, const LiveBlock*>> blocks;
     blocks.reserve(ledger_.live_blocks());
     // Labelled blocks group by label; unlabelled ones by what their fallback label names: the

@@ -20,6 +20,16 @@ void write_categories(JsonWriter& w, std::string_view key, const CategoryBytes& 
   w.end_object();
 }
 
+void write_free_space(JsonWriter& w, const FreeSpace& f) {
+  w.key("free").begin_object();
+  w.field("free_bytes", f.free_bytes).field("largest_free_block", f.largest_free_block);
+  w.field("free_blocks", f.free_blocks);
+  w.key("histogram").begin_array();
+  for (auto n : f.histogram) w.value(n);
+  w.end_array();
+  w.end_object();
+}
+
 void write_phase(JsonWriter& w, const PhaseStats& p) {
   w.begin_object();
   w.field("phase", p.phase).field("parent", p.parent).field("depth", p.depth);
@@ -86,6 +96,7 @@ std::string report_to_json(const Report& r) {
     w.end_object();
   }
   w.end_array();
+  write_free_space(w, p.free);
   w.key("by_label").begin_array();
   for (const LabelBytes& l : p.by_label) {
     w.begin_object();
@@ -118,13 +129,7 @@ std::string report_to_json(const Report& r) {
     w.field("step", o.step).field("phase", o.phase).field("time_ns", o.time_ns);
     w.field("live_bytes", o.live_bytes).field("reserved_bytes", o.reserved_bytes);
     write_categories(w, "by_category", o.by_category);
-    w.key("free").begin_object();
-    w.field("free_bytes", o.free.free_bytes).field("largest_free_block", o.free.largest_free_block);
-    w.field("free_blocks", o.free.free_blocks);
-    w.key("histogram").begin_array();
-    for (auto n : o.free.histogram) w.value(n);
-    w.end_array();
-    w.end_object();
+    write_free_space(w, o.free);
     w.key("verdict").begin_object();
     w.field("kind", o.verdict.kind).field("summary", o.verdict.summary);
     w.field("dominant_category", category_name(o.verdict.dominant));
@@ -176,7 +181,7 @@ std::string report_to_json(const Report& r) {
   // Metadata the analysis understood becomes sections; anything else is carried as text.
   w.key("metadata").begin_object();
   for (const auto& [k, v] : r.metadata)
-    if (k != "run" && k != "session") w.field(k, v);
+    if (k != "run" && k != "session" && k != "driver_view") w.field(k, v);
   w.end_object();
 
   w.key("run").begin_object();
@@ -235,6 +240,14 @@ std::string report_to_json(const Report& r) {
   w.end_array();
   w.key("hyperparameters").raw(o.hyperparameters_json);
   w.field("steps", o.steps);
+  w.end_object();
+
+  const DriverView& dv = r.driver_view;
+  w.key("driver_view").begin_object();
+  w.key("available");
+  if (dv.available) w.value(*dv.available); else w.null();
+  w.field("reason", dv.reason).field("samples", dv.samples).field("total_bytes", dv.total_bytes);
+  w.field("max_used_bytes", dv.max_used_bytes).field("max_non_pytorch_bytes", dv.max_non_pytorch_bytes);
   w.end_object();
 
   if (r.recorder.known) {

@@ -67,7 +67,7 @@ void read_session(const JsonValue& session, Report& r) {
 void summarise_run(Report& r) {
   r.model.parameter_bytes = r.final_by_category[category_index(Category::Parameter)];
   for (const auto& [key, text] : r.metadata) {
-    if (key != "run" && key != "session") continue;
+    if (key != "run" && key != "session" && key != "driver_view") continue;
     std::string error;
     const auto value = parse_json(text, &error);
     if (!value || value->type != JsonValue::Type::Object) {
@@ -78,9 +78,20 @@ void summarise_run(Report& r) {
                             0, 0});
       continue;
     }
-    if (key == "run") read_run(*value, r);
-    else read_session(*value, r);
+    if (key == "run") {
+      read_run(*value, r);
+    } else if (key == "session") {
+      read_session(*value, r);
+    } else {
+      if (const JsonValue* a = value->get("available"); a && a->type == JsonValue::Type::Bool) {
+        r.driver_view.available = a->boolean;
+      }
+      r.driver_view.reason = value->get_string("reason").value_or("");
+    }
   }
+
+  // Without a declared capacity, the driver's total is the device's capacity.
+  if (!r.device_capacity_bytes && r.driver_view.total_bytes > 0) r.device_capacity_bytes = r.driver_view.total_bytes;
 
   const PhaseStats* opt = last_complete(r, "optimizer_step");
   for (const auto& s : r.steps)

@@ -5,6 +5,8 @@
 
 #include "cpu_allocator_source.h"
 #include "module_context.h"
+#include "nvml_source.h"
+#include "../core/json_writer.h"
 
 namespace ridgescope::sources {
 namespace {
@@ -42,7 +44,27 @@ TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity
 
 TrackingSession::~TrackingSession() { stop(); }
 
+std::string TrackingSession::start_driver_view(std::uint32_t interval_ms) noexcept {
+  if (!active_ || nvml_) return nvml_ ? "" : "the session is stopped";
+  std::string why_not;
+  try {
+    nvml_ = NvmlSampler::start(&recorder_, interval_ms, &why_not);
+  } catch (const std::exception& ex) {
+    why_not = std::string("NVML sampler failed to start: ") + ex.what();
+  }
+  try {
+    detail::JsonWriter w;
+    w.begin_object().field("available", nvml_ != nullptr);
+    if (nvml_) w.field("interval_ms", interval_ms); else w.field("reason", why_not);
+    w.end_object();
+    recorder_.metadata("driver_view", w.take());
+  } catch (...) {
+  }
+  return why_not;
+}
+
 void TrackingSession::stop() noexcept {
+  nvml_.reset();  // joins the sampler thread before the recorder closes
   {
     std::lock_guard<std::mutex> lock(watch_mutex_);
     watched_.clear();  // the session holds no tensor after it stops

@@ -26,6 +26,8 @@
 
 namespace ridgescope::sources {
 
+class NvmlSampler;
+
 class TrackingSession {
  public:
   // Creates the trace, installs the CPU allocator source. Throws std::runtime_error when a
@@ -45,6 +47,10 @@ class TrackingSession {
   void phase_begin(std::uint32_t name_id) noexcept;
   void phase_end(std::uint32_t name_id) noexcept;
   void step(std::uint64_t step) noexcept;
+  // Starts the NVML sampler (every interval_ms). Returns "" when it runs, else why not; the
+  // reason is also recorded as `driver_view` metadata, so reports say it was absent.
+  std::string start_driver_view(std::uint32_t interval_ms) noexcept;
+
   // Writes everything recorded so far to the trace file and returns when it is there.
   void flush() noexcept { recorder_.flush(); }
   // Records the allocator's own live-byte count, checked against the ledger by the analysis.
@@ -99,6 +105,7 @@ class TrackingSession {
   std::atomic<bool> fault_tag_{false};
   mutable std::mutex error_mutex_;
   std::string error_;
+  std::unique_ptr<NvmlSampler> nvml_;
   std::mutex watch_mutex_;
   std::vector<at::Tensor> watched_;
   std::vector<std::uint32_t> watched_labels_;

@@ -54,6 +54,7 @@ struct PeakInfo {
   CategoryBytes by_category{};
   CategoryBytes inferred_by_category{};  // part of by_category assigned by lifetime rules
   std::vector<TopBlock> top_blocks;  // largest first
+  FreeSpace free;                    // the cache's free space at the peak (empty on CPU)
   std::vector<LabelBytes> by_label;  // largest first
 };
 
@@ -161,6 +162,16 @@ struct OptimizerSummary {
   std::uint64_t steps = 0;                      // optimizer_step phases seen
 };
 
+// The driver's view of the device (NVML samples), reconciled with the allocator's reserved bytes.
+struct DriverView {
+  std::optional<bool> available;      // whether the run had NVML (unknown: not asked)
+  std::string reason;                 // why not, when it had none
+  std::uint64_t samples = 0;
+  std::uint64_t total_bytes = 0;      // device memory, as NVML reports it
+  std::uint64_t max_used_bytes = 0;   // device-wide used memory, the highest sample
+  std::uint64_t max_non_pytorch_bytes = 0;  // used minus reserved, the highest sample
+};
+
 // ridgescope's own cost, from the `session` metadata written when tracking stopped.
 struct RecorderSummary {
   bool known = false;
@@ -189,6 +200,7 @@ struct Report {
   ModelSummary model;
   OptimizerSummary optimizer;
   RecorderSummary recorder;
+  DriverView driver_view;
 
   // The report as JSON (docs/report_schema.md), and written to a file (throws
   // std::runtime_error naming the path when it cannot be written).

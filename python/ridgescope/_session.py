@@ -35,7 +35,7 @@ class Session:
     def __init__(self, model: torch.nn.Module | None = None,
                  optimizer: torch.optim.Optimizer | None = None,
                  out: str | os.PathLike[str] | None = None, *, activations: bool = True,
-                 capacity: int | str | None = None) -> None:
+                 capacity: int | str | None = None, driver_view: bool | None = None) -> None:
         if model is not None and not isinstance(model, torch.nn.Module):
             raise TypeError(f"ridgescope.track: model must be a torch.nn.Module, got "
                             f"{type(model).__module__}.{type(model).__qualname__}")
@@ -50,6 +50,8 @@ class Session:
         except ValueError as exc:
             raise ValueError(f"ridgescope.track: capacity: {exc}") from None
         self._activations = activations
+        # NVML sampling: on by default where CUDA is, and asked for explicitly elsewhere.
+        self._driver_view = torch.cuda.is_available() if driver_view is None else driver_view
         self._native: Any = None
         self._instr: Instrumentation | None = None
         self._report: Report | None = None
@@ -78,6 +80,8 @@ class Session:
             self._native.metadata("run", json.dumps(run, sort_keys=True))
             self._instr = Instrumentation(self._native, self.model, self.optimizer,
                                           activations=self._activations)
+            if self._driver_view:
+                self._native.start_driver_view(100)
             self._instr.register_existing()
             self._instr.install()
         except Exception as exc:  # never leave a half-installed session behind
@@ -158,7 +162,7 @@ class Session:
 
 def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
           out: str | os.PathLike[str] | None = None, *, activations: bool = True,
-          capacity: int | str | None = None) -> Session:
+          capacity: int | str | None = None, driver_view: bool | None = None) -> Session:
     """Tracks memory while the ``with`` block runs::
 
         with rs.track(model=model, optimizer=opt, out="run.rstrace") as session:
@@ -172,10 +176,13 @@ def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer
     microseconds per saved tensor, and infers activations from lifetimes instead, labelled by
     the module that made them (docs/categories.md). ``capacity`` ("2GiB", or bytes) simulates
     a device of that size on the CPU: an allocation past it raises ``torch.OutOfMemoryError``
-    as a GPU would, after the trace has recorded the failed request and what was live. Raises RidgescopeError for a nested session or an unwritable
+    as a GPU would, after the trace has recorded the failed request and what was live.
+    ``driver_view`` samples device memory with NVML every 100 ms (default: when CUDA is
+    available); where NVML is absent the report says so and nothing else changes. Raises RidgescopeError for a nested session or an unwritable
     path, TypeError for a model or optimizer of the wrong type.
     """
-    return Session(model, optimizer, out, activations=activations, capacity=capacity)
+    return Session(model, optimizer, out, activations=activations, capacity=capacity,
+                   driver_view=driver_view)
 
 
 @contextlib.contextmanager

@@ -72,7 +72,21 @@ def render_dashboards(d: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_explain(d: dict[str, Any]) -> str:
+def render_free_space(d: dict[str, Any], request: int) -> list[str]:
+    """Could `request` bytes be served from the cache at the peak?"""
+    free = d["peak"]["free"]
+    if free["free_blocks"] == 0 and d["peak"]["reserved_bytes"] == d["peak"]["bytes"]:
+        return [f"At the peak the allocator held no free memory in a cache (reserved equals live): "
+                f"a request of {format_bytes(request)} needs new memory from the device."]
+    verdict = "could" if free["largest_free_block"] >= request else "could not"
+    why = "" if verdict == "could" else (
+        " although the cache holds enough in total: fragmentation" if free["free_bytes"] >= request else "")
+    return [f"At the peak the cache held {format_bytes(free['free_bytes'])} free in {free['free_blocks']} "
+            f"block(s), the largest {format_bytes(free['largest_free_block'])}: a request of "
+            f"{format_bytes(request)} {verdict} be served from it{why}."]
+
+
+def render_explain(d: dict[str, Any], request: int | None = None) -> str:
     """`ridgescope explain`: every OOM's verdict and remedies, and why dashboards disagree."""
     out = [f"ridgescope explain: {d['trace']['path']} ({d['device']}"
            + (f", capacity {format_bytes(d['device_capacity_bytes'])}" if d.get("device_capacity_bytes") else "")
@@ -86,6 +100,9 @@ def render_explain(d: dict[str, Any]) -> str:
         p = d["peak"]
         out.append(f"Its peak: {format_bytes(p['bytes'])} in step {p['step']}, {p['phase']}: "
                    f"{_composition(p['by_category'], p['bytes'], limit=5)}")
+    if request is not None:
+        out.append("")
+        out.extend(render_free_space(d, request))
     out.append("")
     out.extend(render_dashboards(d))
     return "\n".join(out).rstrip() + "\n"

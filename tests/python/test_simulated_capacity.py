@@ -139,3 +139,19 @@ def test_explain_prints_the_verdict_and_the_dashboards(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "Why (live_tensors)" in out.stdout and "What to change" in out.stdout
     assert "a dashboard sampling every 15 s" in out.stdout
+
+
+def test_absent_nvml_is_reported_not_fatal(trace_path):
+    """On a machine without the NVIDIA driver, asking for the driver's view still tracks the
+    run, and the report says NVML was absent and why."""
+    model = make_gpt()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with rs.track(model=model, optimizer=opt, out=trace_path, driver_view=True) as s:
+        train(model, opt, lambda i: gpt_inputs(8, i), models.gpt_loss, steps=1)
+    dv = s.report().to_dict()["driver_view"]
+    if torch.cuda.is_available():  # a GPU machine: NVML must be there and sampling
+        assert dv["available"] is True and dv["samples"] > 0
+    else:
+        assert dv["available"] is False
+        assert "NVML" in dv["reason"]
+    assert s.report().steps  # tracking went on either way

@@ -11,6 +11,9 @@ HELP = ("Explain a trace's out-of-memory errors (verdict, evidence, remedies) an
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, help="a ridgescope trace (.rstrace)")
+    parser.add_argument("--request", default=None, metavar="SIZE",
+                        help="also answer: could a request of SIZE (e.g. 800MiB, or bytes) be served "
+                             "from the allocator's cache at the peak?")
     parser.add_argument("-o", "--output", type=Path, default=None,
                         help="write the explanation to this file instead of standard output")
 
@@ -19,7 +22,16 @@ def run(args: argparse.Namespace) -> int:
     from .._report import load
     from .._text import render_explain
 
-    text = render_explain(load(args.file).to_dict())
+    from .._errors import RidgescopeError
+    from .._format import parse_bytes
+
+    request = None
+    if args.request is not None:
+        try:
+            request = parse_bytes(args.request)
+        except ValueError as exc:
+            raise RidgescopeError(f"--request: {exc}") from None
+    text = render_explain(load(args.file).to_dict(), request=request)
     if args.output is None:
         sys.stdout.write(text)
     else:

@@ -158,3 +158,45 @@ SCENARIO("free space can be asked at any instant", "[core][forensics]") {
   CHECK(f.can_serve(40));
   CHECK_FALSE(f.can_serve(41));
 }
+
+SCENARIO("the free space at the peak answers whether a request fits in the cache", "[core][forensics]") {
+  TempPath path;
+  {
+    TraceBuilder t(path.str(), kGpu);
+    t.segment(0x10000000, 20 * MiB).alloc(0x10000000, 4 * MiB).alloc(0x10000000 + 8 * MiB, 10 * MiB);
+  }
+  const Report r = analyze_trace(path.str());
+  CHECK(r.peak.free.free_bytes == 6 * MiB);
+  CHECK(r.peak.free.largest_free_block == 4 * MiB);
+  CHECK(r.peak.free.can_serve(4 * MiB));
+  CHECK_FALSE(r.peak.free.can_serve(5 * MiB));
+}
+
+SCENARIO("NVML samples are reconciled against reserved bytes", "[core][forensics]") {
+  GIVEN("a GPU run that reserves 2 GiB while the driver reports 2.5 GiB used of 80 GiB") {
+    TempPath path;
+    {
+      TraceBuilder t(path.str(), kGpu);
+      t.metadata("driver_view", "{\"available\": true, \"interval_ms\": 100}");
+      t.segment(0x10000000, 2 * GiB).alloc(0x10000000, GiB);
+      Event e;
+      e.kind = EventKind::Sample;
+      e.device = kGpu;
+      e.string_id = t.recorder().intern("nvml_used_bytes");
+      e.value = 2 * GiB + 512 * MiB;
+      t.recorder().record(e);
+      e.string_id = t.recorder().intern("nvml_total_bytes");
+      e.value = 80 * GiB;
+      t.recorder().record(e);
+    }
+    const Report r = analyze_trace(path.str());
+    THEN("what the driver sees beyond the reserved bytes is memory outside PyTorch") {
+      REQUIRE(r.driver_view.available.has_value());
+      CHECK(*r.driver_view.available);
+      CHECK(r.driver_view.samples == 1);
+      CHECK(r.driver_view.max_non_pytorch_bytes == 512 * MiB);
+      CHECK(r.driver_view.total_bytes == 80 * GiB);
+      CHECK(r.device_capacity_bytes == 80 * GiB);  // the capacity, when the run declared none
+    }
+  }
+}
