@@ -608,11 +608,22 @@ class ReplayPass {
   std::vector<Sampler> samplers_;
   bool sampling_started_ = false;
 
+  // The state as of the last event at or before the probe instant.
+  void take_probe() {
+    Report::Probe p;
+    p.time_ns = *options_.probe_time_ns;
+    p.live_bytes = ledger_.live_bytes();
+    p.reserved_bytes = ledger_.reserved_bytes();
+    p.free = current_free_space();
+    report_.probe = p;
+  }
+
   void sample_dashboards(std::uint64_t now_ns) {
     if (!sampling_started_) {
       sampling_started_ = true;
       for (std::uint64_t period : {15'000'000'000ull, 30'000'000'000ull}) samplers_.push_back({period, now_ns});
     }
+    if (options_.probe_time_ns && !report_.probe && now_ns > *options_.probe_time_ns) take_probe();
     for (Sampler& s : samplers_) {
       while (now_ns >= s.next_ns) {  // the state as of just before this event
         ++s.samples;
@@ -624,6 +635,7 @@ class ReplayPass {
 
  public:
   void finish_dashboards() {
+    if (options_.probe_time_ns && !report_.probe) take_probe();  // after the last event
     for (const Sampler& s : samplers_) report_.dashboards.push_back({s.period_ns, s.samples, s.max});
   }
 };

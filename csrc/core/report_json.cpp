@@ -158,6 +158,14 @@ std::string report_to_json(const Report& r) {
   w.field("first_mismatch_seq", r.consistency.first_mismatch_seq);
   w.end_object();
 
+  if (r.probe) {
+    w.key("probe").begin_object();
+    w.field("time_ns", r.probe->time_ns).field("live_bytes", r.probe->live_bytes);
+    w.field("reserved_bytes", r.probe->reserved_bytes);
+    write_free_space(w, r.probe->free);
+    w.end_object();
+  }
+
   w.key("dashboards").begin_array();
   for (const SamplerView& d : r.dashboards) {
     w.begin_object().field("period_s", static_cast<std::uint64_t>(d.period_ns / 1'000'000'000u)).field("samples", d.samples);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -23,6 +24,9 @@ struct AnalysisOptions {
   std::size_t top_blocks = 20;     // blocks listed at the peak
   std::size_t top_labels = 30;     // labels listed at the peak
   std::optional<Device> device;    // default: the device with the highest peak
+  // Also report the cache's free space at this instant (nanoseconds since the session
+  // started): Report::probe. Any instant, not only an OOM or the peak.
+  std::optional<std::uint64_t> probe_time_ns;
 };
 
 // Throws TraceError when the file cannot be read as a trace at all. A truncated or corrupt tail

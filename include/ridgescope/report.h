@@ -191,6 +191,13 @@ struct Report {
   std::vector<ReportWarning> warnings;
   ConsistencyCheck consistency;
   std::vector<SamplerView> dashboards;  // 15 s and 30 s samplers, next to peak.bytes
+  // The state at AnalysisOptions::probe_time_ns, when asked for.
+  struct Probe {
+    std::uint64_t time_ns = 0;
+    std::uint64_t live_bytes = 0, reserved_bytes = 0;
+    FreeSpace free;
+  };
+  std::optional<Probe> probe;
   LedgerAnomalies anomalies;
   std::uint64_t allocations = 0, frees = 0, tags = 0;
   std::uint64_t final_live_bytes = 0;

@@ -22,9 +22,12 @@ class Report:
         self._data = data
 
     @classmethod
-    def from_trace(cls, path: str | os.PathLike[str], top_blocks: int = 20) -> "Report":
+    def from_trace(cls, path: str | os.PathLike[str], top_blocks: int = 20,
+                   probe_time_ns: int | None = None) -> "Report":
+        """Analyses a trace. ``probe_time_ns`` also records the state (live, reserved, the
+        cache's free space) at that instant, nanoseconds since the session started."""
         try:
-            text = _C.analyze(str(path), top_blocks)
+            text = _C.analyze(str(path), top_blocks, probe_time_ns)
         except _C.TraceError as exc:
             raise TraceFormatError(str(exc)) from None
         return cls(json.loads(text))

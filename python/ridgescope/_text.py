@@ -73,15 +73,19 @@ def render_dashboards(d: dict[str, Any]) -> list[str]:
 
 
 def render_free_space(d: dict[str, Any], request: int) -> list[str]:
-    """Could `request` bytes be served from the cache at the peak?"""
-    free = d["peak"]["free"]
-    if free["free_blocks"] == 0 and d["peak"]["reserved_bytes"] == d["peak"]["bytes"]:
-        return [f"At the peak the allocator held no free memory in a cache (reserved equals live): "
+    """Could `request` bytes be served from the cache at the peak (or at the probed instant)?"""
+    probe = d.get("probe")
+    where = f"At {probe['time_ns'] / 1e9:.3f} s" if probe else "At the peak"
+    state = probe if probe else {"free": d["peak"]["free"], "live_bytes": d["peak"]["bytes"],
+                                 "reserved_bytes": d["peak"]["reserved_bytes"]}
+    free = state["free"]
+    if free["free_blocks"] == 0 and state["reserved_bytes"] == state["live_bytes"]:
+        return [f"{where} the allocator held no free memory in a cache (reserved equals live): "
                 f"a request of {format_bytes(request)} needs new memory from the device."]
     verdict = "could" if free["largest_free_block"] >= request else "could not"
     why = "" if verdict == "could" else (
         " although the cache holds enough in total: fragmentation" if free["free_bytes"] >= request else "")
-    return [f"At the peak the cache held {format_bytes(free['free_bytes'])} free in {free['free_blocks']} "
+    return [f"{where} the cache held {format_bytes(free['free_bytes'])} free in {free['free_blocks']} "
             f"block(s), the largest {format_bytes(free['largest_free_block'])}: a request of "
             f"{format_bytes(request)} {verdict} be served from it{why}."]
 

@@ -71,3 +71,11 @@ def test_usage_errors_exit_2_with_help():
     assert out.returncode == 2 and "invalid choice" in out.stderr
     out = ridgescope("--help")
     assert out.returncode == 0 and "report" in out.stdout
+
+
+def test_explain_answers_a_request_at_an_instant(trace):
+    out = ridgescope("explain", str(trace), "--request", "1MiB", "--at", "0.001")
+    assert out.returncode == 0, out.stderr
+    assert "At 0.001 s" in out.stdout and "No out-of-memory error" in out.stdout
+    bad = ridgescope("explain", str(trace), "--request", "lots")
+    assert bad.returncode == 1 and bad.stderr.startswith("ridgescope explain: error: --request")

@@ -14,6 +14,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--request", default=None, metavar="SIZE",
                         help="also answer: could a request of SIZE (e.g. 800MiB, or bytes) be served "
                              "from the allocator's cache at the peak?")
+    parser.add_argument("--at", default="peak", metavar="SECONDS|peak",
+                        help="the instant --request is asked about: 'peak' (default) or seconds "
+                             "since tracking started")
     parser.add_argument("-o", "--output", type=Path, default=None,
                         help="write the explanation to this file instead of standard output")
 
@@ -31,7 +34,20 @@ def run(args: argparse.Namespace) -> int:
             request = parse_bytes(args.request)
         except ValueError as exc:
             raise RidgescopeError(f"--request: {exc}") from None
-    text = render_explain(load(args.file).to_dict(), request=request)
+    from .._report import Report
+
+    if args.at == "peak":
+        data = load(args.file).to_dict()
+    else:
+        try:
+            seconds = float(args.at)
+            if seconds < 0:
+                raise ValueError
+        except ValueError:
+            raise RidgescopeError(f"--at: expected 'peak' or seconds since tracking started, got {args.at!r}") from None
+        load(args.file)  # the same clear errors for a file that is not a trace
+        data = Report.from_trace(args.file, probe_time_ns=int(seconds * 1e9)).to_dict()
+    text = render_explain(data, request=request)
     if args.output is None:
         sys.stdout.write(text)
     else:

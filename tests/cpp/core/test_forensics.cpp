@@ -200,3 +200,24 @@ SCENARIO("NVML samples are reconciled against reserved bytes", "[core][forensics
     }
   }
 }
+
+SCENARIO("the free space can be probed at any instant of the run", "[core][forensics]") {
+  TempPath path;
+  {
+    TraceBuilder t(path.str(), kGpu);
+    t.at(0).segment(0x10000000, 20 * MiB);
+    t.at(10).alloc(0x10000000, 4 * MiB).alloc(0x10000000 + 8 * MiB, 10 * MiB);
+    t.at(20).free(0x10000000 + 8 * MiB);
+  }
+  AnalysisOptions at15;
+  at15.probe_time_ns = 15;
+  const Report r = analyze_trace(path.str(), at15);
+  REQUIRE(r.probe.has_value());
+  CHECK(r.probe->live_bytes == 14 * MiB);
+  CHECK(r.probe->free.largest_free_block == 4 * MiB);
+  AnalysisOptions at25;
+  at25.probe_time_ns = 25;
+  const Report later = analyze_trace(path.str(), at25);
+  CHECK(later.probe->free.largest_free_block == 16 * MiB);
+  CHECK_FALSE(analyze_trace(path.str()).probe.has_value());
+}
