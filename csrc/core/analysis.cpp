@@ -468,6 +468,11 @@ class ReplayPass {
       if (e.value > reserved) d.max_non_pytorch_bytes = std::max(d.max_non_pytorch_bytes, e.value - reserved);
       return;
     }
+    if (name == "nvml_process_used_bytes") {
+      ++report_.driver_view.process_samples;
+      report_.driver_view.max_process_used_bytes = std::max(report_.driver_view.max_process_used_bytes, e.value);
+      return;
+    }
     if (name == "nvml_total_bytes") {
       report_.driver_view.total_bytes = e.value;
       return;

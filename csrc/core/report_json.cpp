@@ -256,6 +256,7 @@ std::string report_to_json(const Report& r) {
   if (dv.available) w.value(*dv.available); else w.null();
   w.field("reason", dv.reason).field("samples", dv.samples).field("total_bytes", dv.total_bytes);
   w.field("max_used_bytes", dv.max_used_bytes).field("max_non_pytorch_bytes", dv.max_non_pytorch_bytes);
+  w.field("process_samples", dv.process_samples).field("max_process_used_bytes", dv.max_process_used_bytes);
   w.end_object();
 
   if (r.recorder.known) {

@@ -1,8 +1,10 @@
 #include "nvml_source.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <vector>
 
 namespace ridgescope::sources {
 
@@ -12,6 +14,12 @@ using nvmlReturn_t = int;
 using nvmlDevice_t = void*;
 struct nvmlMemory_t {
   unsigned long long total, free, used;
+};
+// nvmlProcessInfo_t of the _v2/_v3 process queries.
+struct nvmlProcessInfo_t {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId, computeInstanceId;
 };
 constexpr nvmlReturn_t kNvmlSuccess = 0;
 }  // namespace
@@ -23,6 +31,8 @@ struct NvmlSampler::Api {
   nvmlReturn_t (*device_count)(unsigned int*) = nullptr;
   nvmlReturn_t (*device_by_index)(unsigned int, nvmlDevice_t*) = nullptr;
   nvmlReturn_t (*memory_info)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
+  // Optional: per-process usage (absent in old drivers; then only device-wide figures).
+  nvmlReturn_t (*processes)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*) = nullptr;
   ~Api() {
     if (shutdown != nullptr) shutdown();
     if (handle != nullptr) dlclose(handle);
@@ -45,6 +55,9 @@ std::unique_ptr<NvmlSampler> NvmlSampler::start(Recorder* recorder, std::uint32_
       reinterpret_cast<nvmlReturn_t (*)(unsigned int, nvmlDevice_t*)>(sym("nvmlDeviceGetHandleByIndex_v2"));
   api->memory_info = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(sym("nvmlDeviceGetMemoryInfo"));
   auto shutdown = reinterpret_cast<nvmlReturn_t (*)()>(sym("nvmlShutdown"));
+  void* processes = sym("nvmlDeviceGetComputeRunningProcesses_v3");
+  if (processes == nullptr) processes = sym("nvmlDeviceGetComputeRunningProcesses_v2");
+  api->processes = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*)>(processes);
   if (!api->init || !api->device_count || !api->device_by_index || !api->memory_info || !shutdown) {
     *why_not = "NVML is present but lacks the functions ridgescope needs";
     return nullptr;
@@ -70,6 +83,9 @@ NvmlSampler::~NvmlSampler() {
 void NvmlSampler::run() {
   const std::uint32_t used_id = recorder_->intern("nvml_used_bytes");
   const std::uint32_t total_id = recorder_->intern("nvml_total_bytes");
+  const std::uint32_t process_id = recorder_->intern("nvml_process_used_bytes");
+  const unsigned int pid = static_cast<unsigned int>(getpid());
+  std::vector<nvmlProcessInfo_t> infos(64);
   while (!stop_) {
     unsigned int count = 0;
     if (api_->device_count(&count) == kNvmlSuccess) {
@@ -89,6 +105,17 @@ void NvmlSampler::run() {
         e.string_id = total_id;
         e.value = memory.total;
         recorder_->record(e);
+        if (api_->processes != nullptr) {  // this process's share, where NVML tells it
+          unsigned int n = static_cast<unsigned int>(infos.size());
+          if (api_->processes(device, &n, infos.data()) == kNvmlSuccess) {
+            for (unsigned int k = 0; k < n && k < infos.size(); ++k) {
+              if (infos[k].pid != pid) continue;
+              e.string_id = process_id;
+              e.value = infos[k].usedGpuMemory;
+              recorder_->record(e);
+            }
+          }  // more than 64 processes on the device: device-wide figures only, this round
+        }
       }
     }
     for (std::uint32_t waited = 0; waited < interval_ms_ && !stop_; waited += 10) {

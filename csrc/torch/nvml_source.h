@@ -2,10 +2,10 @@
 //
 // start() dlopens libnvidia-ml.so.1; where it is absent (a CPU machine, a container without
 // the driver) it returns nullptr and says why, and nothing else changes. While it runs, a
-// thread records one Sample event "nvml_used_bytes" (and "nvml_total_bytes") per device every
-// interval, which the analysis reconciles against the allocator's reserved bytes: the rest is
-// memory outside PyTorch (CUDA context, NCCL, libraries). NVML reports device-wide usage here,
-// not per process.
+// thread records Sample events "nvml_used_bytes" and "nvml_total_bytes" per device every
+// interval, and "nvml_process_used_bytes" (this process's usage) where the driver's NVML has
+// the per-process query; the analysis reconciles them against the allocator's reserved bytes:
+// the rest is memory outside PyTorch (CUDA context, NCCL, libraries).
 //
 // Thread-safety: start() and the destructor from the session's thread; the sampler thread only
 // calls NVML and Recorder::record.

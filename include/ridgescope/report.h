@@ -170,6 +170,8 @@ struct DriverView {
   std::uint64_t total_bytes = 0;      // device memory, as NVML reports it
   std::uint64_t max_used_bytes = 0;   // device-wide used memory, the highest sample
   std::uint64_t max_non_pytorch_bytes = 0;  // used minus reserved, the highest sample
+  std::uint64_t process_samples = 0;         // samples of this process's own usage
+  std::uint64_t max_process_used_bytes = 0;  // this process's usage, the highest sample
 };
 
 // ridgescope's own cost, from the `session` metadata written when tracking stopped.
