@@ -154,6 +154,7 @@ struct Session::Impl {
 Session::Session(Options options) : impl_(std::make_shared<Impl>()) {
   impl_->native = std::make_unique<TrackingSession>(options.out(), options.capacity());
   impl_->capacity = options.capacity();
+  if (options.driver_view()) impl_->native->start_driver_view(options.driver_view_interval_ms());
 }
 
 Session::~Session() { stop(); }

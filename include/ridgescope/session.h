@@ -66,9 +66,21 @@ class Options {
   }
   std::uint64_t capacity() const noexcept { return capacity_; }
 
+  // Samples device memory with NVML every interval (ms) when the driver is present; where it
+  // is absent the report's driver_view says why (default: off).
+  Options& driver_view(bool on, std::uint32_t interval_ms = 100) {
+    driver_view_ = on;
+    driver_view_interval_ms_ = interval_ms;
+    return *this;
+  }
+  bool driver_view() const noexcept { return driver_view_; }
+  std::uint32_t driver_view_interval_ms() const noexcept { return driver_view_interval_ms_; }
+
  private:
   std::string out_ = "ridgescope.rstrace";
   std::uint64_t capacity_ = 0;
+  bool driver_view_ = false;
+  std::uint32_t driver_view_interval_ms_ = 100;
 };
 
 class Session {

@@ -148,3 +148,15 @@ SCENARIO("a simulated capacity fails an allocation as a device would, after reco
   CHECK(r.ooms[0].live_bytes == param_bytes(*model));
   CHECK(r.device_capacity_bytes == std::uint64_t{1} << 20);
 }
+
+SCENARIO("asking for the driver's view where NVML is absent is reported, not fatal", "[torch][session]") {
+  torch::nn::Linear model(8, 8);
+  Session session(ridgescope::Options{}.out(temp_trace("nvml")).driver_view(true));
+  session.track(*model);
+  const ridgescope::Report r = session.report();
+  REQUIRE(r.driver_view.available.has_value());
+  if (!*r.driver_view.available) {
+    CHECK_THAT(r.driver_view.reason, Catch::Matchers::Contains("NVML"));
+  }
+  CHECK(r.model.parameter_bytes == (8 * 8 + 8) * 4);
+}
