@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -111,8 +112,25 @@ class Session:
     def __enter__(self) -> "Session":
         return self.start() if self._native is None else self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self.stop()
+        if exc_type is not None and issubclass(exc_type, torch.OutOfMemoryError):
+            self._explain_oom()
+
+    def _explain_oom(self) -> None:
+        """An out-of-memory error left the tracked block: say why, in plain language, before the
+        exception reaches the caller (the trace already holds the failure)."""
+        try:
+            from ._text import render_oom
+            data = self.report().to_dict()
+            if not data["ooms"]:
+                return
+            lines = ["ridgescope: out of memory; what was live and why:"]
+            lines += render_oom(data["ooms"][-1])
+            lines.append(f"  (details: ridgescope explain {self.path})")
+            print("\n".join(lines), file=sys.stderr)
+        except Exception:  # explaining must never replace the user's exception
+            pass
 
     # --------------------------------------------------------------------------- queries
     @property

@@ -155,3 +155,14 @@ def test_absent_nvml_is_reported_not_fatal(trace_path):
         assert dv["available"] is False
         assert "NVML" in dv["reason"]
     assert s.report().steps  # tracking went on either way
+
+
+def test_an_oom_inside_track_prints_the_verdict_before_the_exception_arrives(trace_path, capsys):
+    model = make_gpt()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with pytest.raises(torch.OutOfMemoryError):
+        with rs.track(model=model, optimizer=opt, out=trace_path, capacity=CAPACITY):
+            train(model, opt, lambda i: gpt_inputs(16, i), models.gpt_loss, steps=3)
+    err = capsys.readouterr().err
+    assert "ridgescope: out of memory" in err and "Why (" in err and "What to change" in err
+    assert f"ridgescope explain {trace_path}" in err
