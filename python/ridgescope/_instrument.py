@@ -14,6 +14,7 @@ recording and the training loop goes on. Errors raised by the user's own code pa
 from __future__ import annotations
 
 import functools
+import json
 import threading
 import warnings
 from typing import Any, Callable
@@ -51,6 +52,7 @@ class Instrumentation:
         self._root: torch.nn.Module | None = model
         self._step = 0
         self._counted_optimizer = optimizer
+        self.run_extra: dict[str, Any] = {}  # more of the run's description (the capacity)
         self._params = self._all_params()
         self._state_shapes: dict[int, tuple[int, int, int]] = {}
         self.failed = False
@@ -204,6 +206,42 @@ class Instrumentation:
                         n.register(value, "optimizer_state",
                                    self.label(f"{key} of {self._param_name(p)}"))
 
+    # ------------------------------------------------------------------- discovery (no model)
+    # Without a model (``rs.track()``, ``ridgescope run``), the root is the first module called
+    # from outside any module, and the optimizer the first one that steps. Their storages are
+    # named then; a tag applies to a block from its allocation on, so nothing is lost.
+    def _adopt_root(self, module: torch.nn.Module) -> None:
+        self._root = module
+        self._model = module
+        self._param_names = _model_info.parameter_names(module, self._optimizer)
+        self._module_labels.clear()
+        self._params = self._all_params()
+        self.register_existing()
+        trainable = [p for p in self._params if p.requires_grad]
+        self._native.watch_parameters(
+            trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
+        self._describe()
+
+    def _adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        self._optimizer = optimizer
+        self._param_names = _model_info.parameter_names(self._model, optimizer)
+        if self._model is None:  # a loop without modules: the optimizer's parameters
+            self._params = self._all_params()
+            for p in self._params:
+                self._native.register(p, "parameter", self.label(self._param_name(p)))
+            trainable = [p for p in self._params if p.requires_grad]
+            self._native.watch_parameters(
+                trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
+        self._describe()
+
+    def _describe(self) -> None:
+        """(Re)writes the run's description; the analysis keeps the last one."""
+        from ._session import __version__
+        run = _model_info.describe_run(self._model, self._optimizer, __version__)
+        if self.run_extra:
+            run.update(self.run_extra)
+        self._native.metadata("run", json.dumps(run, sort_keys=True))
+
     # ----------------------------------------------------------------------------- modules
     def _module_info(self, module: torch.nn.Module) -> tuple[int, int, str, int]:
         info = self._module_labels.get(id(module))
@@ -267,7 +305,7 @@ class Instrumentation:
                 opened = "recompute"
             else:
                 if self._root is None:
-                    self._root = module
+                    self._adopt_root(module)
                 if module is self._root:
                     opened = "forward" if torch.is_grad_enabled() else "eval"
             if opened is not None and not self.begin_phase(opened, explicit=False):
@@ -371,6 +409,8 @@ class Instrumentation:
     def _on_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         if self._counted_optimizer is None:
             self._counted_optimizer = optimizer
+        if self._optimizer is None:
+            self._adopt_optimizer(optimizer)
         self.tag_gradients()  # gradients made outside loss.backward() (autograd.grad, by hand)
         self.begin_phase("optimizer_step", explicit=False)
 

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import torch
 
-from . import _C, _model_info
+from . import _C
 from ._errors import RidgescopeError
 from ._format import parse_bytes
 from ._instrument import Instrumentation
@@ -75,12 +75,11 @@ class Session:
                 raise RidgescopeError(str(exc).removeprefix("ridgescope: ")) from None
             _active = self
         try:
-            run = _model_info.describe_run(self.model, self.optimizer, __version__)
-            if self.capacity:
-                run["device_capacity_bytes"] = self.capacity
-            self._native.metadata("run", json.dumps(run, sort_keys=True))
             self._instr = Instrumentation(self._native, self.model, self.optimizer,
                                           activations=self._activations)
+            if self.capacity:
+                self._instr.run_extra["device_capacity_bytes"] = self.capacity
+            self._instr._describe()
             if self._driver_view:
                 self._native.start_driver_view(100)
             self._instr.register_existing()

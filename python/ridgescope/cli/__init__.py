@@ -11,12 +11,14 @@ from typing import Callable, Sequence
 from .._errors import RidgescopeError
 from . import explain as _explain
 from . import report as _report
+from . import run as _run
 
 # name -> (help, add_arguments(parser), run(args) -> exit code)
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
                            Callable[[argparse.Namespace], int]]] = {
     "report": (_report.HELP, _report.add_arguments, _report.run),
     "explain": (_explain.HELP, _explain.add_arguments, _explain.run),
+    "run": (_run.HELP, _run.add_arguments, _run.run),
 }
 
 

@@ -1,0 +1,75 @@
+"""``ridgescope run SCRIPT [ARGS...]``: track an unmodified training script."""
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+from pathlib import Path
+
+HELP = ("Run a Python training script under tracking, unchanged: the root module and the "
+        "optimizer are found by themselves. Arguments after the script go to the script; its "
+        "exit code is ridgescope's.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--out", type=Path, default=None,
+                        help="the trace file to write (default: SCRIPT's name with .rstrace, in "
+                             "the working directory)")
+    parser.add_argument("--capacity", default=None, metavar="SIZE",
+                        help="simulate a device of SIZE (e.g. 2GiB) on the CPU: past it the script "
+                             "gets torch.OutOfMemoryError, and the report explains it")
+    parser.add_argument("--no-activations-hook", action="store_true",
+                        help="do not install the saved-tensor hook (lower overhead; activations "
+                             "are inferred from lifetimes)")
+    parser.add_argument("script", type=Path, help="the Python script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .._errors import RidgescopeError
+    from .._format import format_bytes
+    from .._session import track
+
+    script = args.script
+    if not script.is_file():
+        raise RidgescopeError(f"no such script: {script}")
+    out = args.out or Path(f"{script.stem}.rstrace")
+    session = track(out=out, activations=not args.no_activations_hook, capacity=args.capacity)
+
+    exit_code = 0
+    saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
+    sys.argv = [str(script), *args.args]
+    sys.path.insert(0, str(script.resolve().parent))
+    try:
+        with session:
+            runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:  # the script's own exit code
+        code = exc.code
+        exit_code = code if isinstance(code, int) else (0 if code is None else 1)
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+    except BaseException:  # the script raised: show it as Python would, keep the trace
+        traceback.print_exc()
+        exit_code = 1
+    finally:
+        sys.argv = saved_argv
+        if sys.path and sys.path[0] == str(script.resolve().parent):
+            sys.path.pop(0)
+        del saved_path0
+
+    try:
+        report = session.report().to_dict()
+        p = report["peak"]
+        parts = sorted(((v, k) for k, v in p["by_category"].items() if v), reverse=True)[:4]
+        print(f"\nridgescope: peak {format_bytes(p['bytes'])} in step {p['step']}, {p['phase']}: "
+              + ", ".join(f"{k} {format_bytes(v)}" for v, k in parts), file=sys.stderr)
+        if report["ooms"]:
+            print(f"ridgescope: {len(report['ooms'])} out-of-memory error(s): "
+                  f"ridgescope explain {out}", file=sys.stderr)
+        print(f"ridgescope: trace {os.fspath(out)}; `ridgescope report {os.fspath(out)}` for the "
+              "full report", file=sys.stderr)
+    except RidgescopeError as exc:
+        print(f"ridgescope run: the trace could not be read: {exc}", file=sys.stderr)
+    return exit_code

@@ -1,0 +1,72 @@
+"""Specification of `ridgescope run SCRIPT`: an unmodified script is tracked with the same
+figures as `rs.track`, its stdout and exit code are preserved, and a script that raises still
+leaves a trace and a report."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import ridgescope as rs
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SCRIPT = EXAMPLES / "train_plain.py"
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ridgescope.cli", "run", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def phases(r, name):
+    return [p for s in r["steps"] for p in s["phases"] if p["phase"] == name]
+
+
+def test_an_unmodified_script_gets_the_same_bytes_as_rs_track(tmp_path):
+    out = run_cli("-o", str(tmp_path / "cli.rstrace"), str(SCRIPT), "--steps", "2", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    cli = rs.load(tmp_path / "cli.rstrace").to_dict()
+
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import train_plain
+        model, opt = train_plain.build()
+        with rs.track(model=model, optimizer=opt, out=tmp_path / "api.rstrace") as s:
+            train_plain.train(model, opt, 2)
+        api = s.report().to_dict()
+    finally:
+        sys.path.remove(str(EXAMPLES))
+
+    p_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert cli["model"]["parameters"] == api["model"]["parameters"]
+    assert cli["model"]["class"] == "TinyGPT" and cli["optimizer"]["type"] == "AdamW"
+    assert cli["peak"]["by_category"]["parameter"] == api["peak"]["by_category"]["parameter"] == p_bytes
+    for a, b in zip(phases(cli, "backward"), phases(api, "backward"), strict=True):
+        assert a["end_by_category"]["gradient"] == b["end_by_category"]["gradient"] == p_bytes
+    for a, b in zip(phases(cli, "optimizer_step"), phases(api, "optimizer_step"), strict=True):
+        assert a["end_by_category"]["optimizer_state"] == b["end_by_category"]["optimizer_state"]
+    assert cli["consistency"]["mismatches"] == 0
+
+
+def test_stdout_and_the_exit_code_are_the_scripts(tmp_path):
+    plain = subprocess.run([sys.executable, str(SCRIPT), "--steps", "2", "--exit-code", "3"],
+                           capture_output=True, text=True, timeout=300, cwd=EXAMPLES)
+    tracked = run_cli(str(SCRIPT), "--steps", "2", "--exit-code", "3", cwd=tmp_path)
+    assert plain.returncode == 3 and tracked.returncode == 3
+    assert tracked.stdout == plain.stdout
+    assert "ridgescope: trace" in tracked.stderr
+    assert (tmp_path / "train_plain.rstrace").exists()
+
+
+def test_a_script_that_raises_still_leaves_a_trace_and_a_report(tmp_path):
+    out = run_cli(str(SCRIPT), "--steps", "1", "--fail", cwd=tmp_path)
+    assert out.returncode == 1
+    assert "RuntimeError: the script failed on purpose" in out.stderr
+    r = rs.load(tmp_path / "train_plain.rstrace").to_dict()
+    assert len(r["steps"]) == 1 and r["steps"][0]["complete"]
+
+
+def test_a_missing_script_is_one_line(tmp_path):
+    out = run_cli(str(tmp_path / "nope.py"), cwd=tmp_path)
+    assert out.returncode == 1
+    assert out.stderr.strip() == f"ridgescope run: error: no such script: {tmp_path / 'nope.py'}"
