@@ -79,3 +79,26 @@ def test_explain_answers_a_request_at_an_instant(trace):
     assert "At 0.001 s" in out.stdout and "No out-of-memory error" in out.stdout
     bad = ridgescope("explain", str(trace), "--request", "lots")
     assert bad.returncode == 1 and bad.stderr.startswith("ridgescope explain: error: --request")
+
+
+def test_diff_shows_checkpointing_lowering_activations_and_adding_recompute(tmp_path):
+    """Given the same GPT trained with and without activation checkpointing, `ridgescope diff`
+    shows the activation peak falling and recomputation appearing inside backward."""
+    from conftest import gpt_inputs, make_gpt
+    import models
+    for name, ckpt in (("plain", False), ("ckpt", True)):
+        model = make_gpt(layers=3, checkpointing=ckpt)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        with rs.track(model=model, optimizer=opt, out=tmp_path / f"{name}.rstrace"):
+            train(model, opt, lambda i: gpt_inputs(16, i), models.gpt_loss, steps=2)
+    out = ridgescope("diff", str(tmp_path / "plain.rstrace"), str(tmp_path / "ckpt.rstrace"),
+                     "--format", "json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    act = d["peak"]["by_category"]["activation"]
+    assert act["b"] < act["a"] and act["change"] == act["b"] - act["a"]
+    assert d["phases"]["backward > recompute"]["in"] == "b"
+    assert d["phases"]["backward > recompute"]["count_b"] == 3 * 2
+    assert d["phases"]["forward"]["peak_b"] < d["phases"]["forward"]["peak_a"]
+    text = ridgescope("diff", str(tmp_path / "plain.rstrace"), str(tmp_path / "ckpt.rstrace")).stdout
+    assert "only in the second run" in text and "activation" in text

@@ -9,6 +9,7 @@ import sys
 from typing import Callable, Sequence
 
 from .._errors import RidgescopeError
+from . import diff as _diff
 from . import explain as _explain
 from . import report as _report
 from . import run as _run
@@ -19,6 +20,7 @@ _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
     "report": (_report.HELP, _report.add_arguments, _report.run),
     "explain": (_explain.HELP, _explain.add_arguments, _explain.run),
     "run": (_run.HELP, _run.add_arguments, _run.run),
+    "diff": (_diff.HELP, _diff.add_arguments, _diff.run),
 }
 
 

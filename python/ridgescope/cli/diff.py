@@ -1,0 +1,104 @@
+"""``ridgescope diff A B``: what changed between two runs, at the peak and phase by phase."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HELP = ("Compare two traces (e.g. before and after activation checkpointing): the change per "
+        "category at the peak and in each phase's peak, and phases that appear in only one run.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("a", type=Path, help="the first trace (the baseline)")
+    parser.add_argument("b", type=Path, help="the second trace")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="text (default) or json (the comparison as data)")
+    parser.add_argument("-o", "--output", type=Path, default=None,
+                        help="write to this file instead of standard output")
+
+
+def _phase_peaks(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per phase name (and parent, for nested ones): the highest peak over the run, with its
+    composition and how many instances there were."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in r["steps"]:
+        for p in s["phases"]:
+            key = f"{p['parent']} > {p['phase']}" if p["parent"] else p["phase"]
+            cur = out.setdefault(key, {"count": 0, "peak_bytes": -1, "peak_by_category": {}})
+            cur["count"] += 1
+            if p["peak_bytes"] > cur["peak_bytes"]:
+                cur["peak_bytes"] = p["peak_bytes"]
+                cur["peak_by_category"] = p["peak_by_category"]
+    return out
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """The comparison of two report dicts (b relative to a), as JSON-ready data."""
+    cats = a["categories"]
+    peak = {c: {"a": a["peak"]["by_category"].get(c, 0), "b": b["peak"]["by_category"].get(c, 0)}
+            for c in cats}
+    for v in peak.values():
+        v["change"] = v["b"] - v["a"]
+    pa, pb = _phase_peaks(a), _phase_peaks(b)
+    phases = {}
+    for key in list(pa) + [k for k in pb if k not in pa]:
+        x, y = pa.get(key), pb.get(key)
+        entry: dict[str, Any] = {"in": "both" if x and y else ("a" if x else "b"),
+                                 "count_a": x["count"] if x else 0, "count_b": y["count"] if y else 0,
+                                 "peak_a": x["peak_bytes"] if x else None,
+                                 "peak_b": y["peak_bytes"] if y else None}
+        if x and y:
+            entry["by_category_change"] = {c: y["peak_by_category"].get(c, 0) - x["peak_by_category"].get(c, 0)
+                                           for c in cats
+                                           if y["peak_by_category"].get(c, 0) != x["peak_by_category"].get(c, 0)}
+        phases[key] = entry
+    return {"a": a["trace"]["path"], "b": b["trace"]["path"],
+            "peak": {"a": a["peak"]["bytes"], "b": b["peak"]["bytes"],
+                     "change": b["peak"]["bytes"] - a["peak"]["bytes"],
+                     "phase_a": a["peak"]["phase"], "phase_b": b["peak"]["phase"],
+                     "by_category": peak},
+            "phases": phases}
+
+
+def render(d: dict[str, Any]) -> str:
+    from .._format import format_bytes
+
+    def signed(n: int) -> str:
+        return ("+" if n > 0 else "-" if n < 0 else "±") + format_bytes(abs(n))
+
+    p = d["peak"]
+    out = [f"ridgescope diff: {d['a']} -> {d['b']}", "",
+           f"Peak: {format_bytes(p['a'])} ({p['phase_a']}) -> {format_bytes(p['b'])} ({p['phase_b']}), "
+           f"{signed(p['change'])}"]
+    for c, v in sorted(p["by_category"].items(), key=lambda kv: -abs(kv[1]["change"])):
+        if v["a"] or v["b"]:
+            out.append(f"  {c:<16} {format_bytes(v['a']):>10} -> {format_bytes(v['b']):>10}  {signed(v['change'])}")
+    out += ["", "Per phase (each phase's highest peak in the run):"]
+    for key, e in d["phases"].items():
+        if e["in"] == "both":
+            changes = ", ".join(f"{c} {signed(n)}" for c, n in sorted(e["by_category_change"].items(),
+                                                                      key=lambda kv: -abs(kv[1]))[:4])
+            out.append(f"  {key:<28} {format_bytes(e['peak_a']):>10} -> {format_bytes(e['peak_b']):>10}"
+                       + (f"  ({changes})" if changes else ""))
+        else:
+            which = "second" if e["in"] == "b" else "first"
+            peak = e["peak_b"] if e["in"] == "b" else e["peak_a"]
+            count = e["count_b"] if e["in"] == "b" else e["count_a"]
+            out.append(f"  {key:<28} only in the {which} run ({count} time(s), peak {format_bytes(peak)})")
+    return "\n".join(out) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    from .._report import load
+
+    d = compare(load(args.a).to_dict(), load(args.b).to_dict())
+    text = json.dumps(d, indent=2) + "\n" if args.format == "json" else render(d)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0
