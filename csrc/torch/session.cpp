@@ -119,24 +119,32 @@ struct Session::Impl {
     return it == names.end() ? std::string("parameter") : it->second;
   }
 
-  // Tags the optimizer's state tensors whose block changed since the last scan.
-  void tag_optimizer_state() {
+  // Calls fn(param, key, tensor) for every state tensor of the optimizer.
+  template <typename Fn>
+  void for_each_state_tensor(Fn&& fn) const {
     if (optimizer == nullptr) return;
     const auto& state = optimizer->state();
     for (const auto& group : optimizer->param_groups()) {
       for (const auto& p : group.params()) {
         auto it = state.find(p.unsafeGetTensorImpl());
         if (it == state.end() || !it->second) continue;
-        for (const auto& [key, t] : state_tensors(*it->second)) {
-          const void* block = t.has_storage() ? t.storage().data_ptr().get() : nullptr;
-          auto& last = tagged_state[{p.unsafeGetTensorImpl(), key}];
-          if (block == nullptr || block == last) continue;
-          last = block;
-          native->tag_tensor(t, Category::OptimizerState,
-                             native->intern(std::string(key) + " of " + name_of(p)), false);
-        }
+        for (const auto& [key, t] : state_tensors(*it->second)) fn(p, key, t);
       }
     }
+  }
+
+  // Tags (adopt: registers) the optimizer's state tensors whose block changed since the last
+  // scan.
+  void tag_optimizer_state(bool adopt = false) {
+    for_each_state_tensor([&](const at::Tensor& p, const char* key, const at::Tensor& t) {
+      const void* block = t.has_storage() ? t.storage().data_ptr().get() : nullptr;
+      auto& last = tagged_state[{p.unsafeGetTensorImpl(), key}];
+      if (block == nullptr || block == last) return;
+      last = block;
+      const std::uint32_t label = native->intern(std::string(key) + " of " + name_of(p));
+      if (adopt) native->register_tensor(t, Category::OptimizerState, label);
+      else native->tag_tensor(t, Category::OptimizerState, label, false);
+    });
   }
 
   void end(const std::string& name) {
@@ -244,19 +252,7 @@ void Session::Impl::track(torch::nn::Module& model, torch::optim::Optimizer* opt
     if (g.defined()) n.register_tensor(g, Category::Gradient, n.intern("grad of " + item.key()));
   }
   for (const auto& b : buffers) n.register_tensor(b.value(), Category::Buffer, n.intern(b.key()));
-  if (optimizer != nullptr) {
-    const auto& state = optimizer->state();
-    for (const auto& group : optimizer->param_groups()) {
-      for (const auto& p : group.params()) {
-        auto it = state.find(p.unsafeGetTensorImpl());
-        if (it == state.end() || !it->second) continue;
-        for (const auto& [key, t] : state_tensors(*it->second)) {
-          n.register_tensor(t, Category::OptimizerState, n.intern(std::string(key) + " of " + s.name_of(p)));
-          s.tagged_state[{p.unsafeGetTensorImpl(), key}] = t.storage().data_ptr().get();
-        }
-      }
-    }
-  }
+  s.tag_optimizer_state(/*adopt=*/true);
   n.watch_parameters(std::move(watched), std::move(grad_labels));
 }
 

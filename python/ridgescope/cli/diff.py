@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
+
+from ._output import emit
 from typing import Any
 
 HELP = ("Compare two traces (e.g. before and after activation checkpointing): the change per "
@@ -96,9 +97,5 @@ def run(args: argparse.Namespace) -> int:
 
     d = compare(load(args.a).to_dict(), load(args.b).to_dict())
     text = json.dumps(d, indent=2) + "\n" if args.format == "json" else render(d)
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        args.output.write_text(text)
-        print(f"wrote {args.output}", file=sys.stderr)
+    emit(text, args.output)
     return 0

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+
+from ._output import emit
 
 HELP = ("Explain a trace's out-of-memory errors (verdict, evidence, remedies) and what "
         "periodic dashboards would have shown next to the true peak.")
@@ -48,9 +49,5 @@ def run(args: argparse.Namespace) -> int:
         load(args.file)  # the same clear errors for a file that is not a trace
         data = Report.from_trace(args.file, probe_time_ns=int(seconds * 1e9)).to_dict()
     text = render_explain(data, request=request)
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        args.output.write_text(text)
-        print(f"wrote {args.output}", file=sys.stderr)
+    emit(text, args.output)
     return 0

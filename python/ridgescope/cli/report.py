@@ -5,6 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ._output import emit
+
 HELP = "Print or write the memory report of a trace (text or JSON)."
 
 
@@ -24,11 +26,7 @@ def run(args: argparse.Namespace) -> int:
 
     report: Report = load(args.file) if args.top_blocks == 20 else Report.from_trace(args.file, args.top_blocks)
     text = report.to_json() + "\n" if args.format == "json" else report.summary()
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        args.output.write_text(text)
-        print(f"wrote {args.output}", file=sys.stderr)
+    emit(text, args.output)
     for w in report.warnings:
         if w["kind"] == "truncated_trace":
             print(f"ridgescope report: warning: {w['message']}", file=sys.stderr)
