@@ -1,6 +1,7 @@
 #include "cpu_allocator_source.h"
 #include "module_context.h"
 
+#include <atomic>
 #include <mutex>
 
 #include <c10/core/Allocator.h>
@@ -27,7 +28,9 @@ absl::flat_hash_map<void*, Entry>* g_blocks = nullptr;  // leaked: blocks outliv
 Recorder* g_recorder = nullptr;
 std::uint32_t g_generation = 0;
 std::uint64_t g_live_bytes = 0;
-std::uint64_t g_capacity = 0;  // simulated device capacity in bytes; 0: none
+// Simulated device capacity in bytes (0: none). Atomic because allocate() reads it before
+// taking the lock, so that runs without a capacity pay one relaxed load and nothing more.
+std::atomic<std::uint64_t> g_capacity{0};
 // Adopted storages whose context is not ours to wrap (memory-mapped, shared, from_blob): counted
 // from adoption on, their frees unobservable. Cleared per session.
 absl::flat_hash_set<void*>* g_foreign = nullptr;
@@ -74,7 +77,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
   c10::Allocator* inner = nullptr;
 
   c10::DataPtr allocate(size_t n) override {
-    if (g_capacity != 0 && !t_in_source) check_capacity(n);
+    if (g_capacity.load(std::memory_order_relaxed) != 0 && !t_in_source) check_capacity(n);
     c10::DataPtr dp = inner->allocate(n);
     void* ptr = dp.get();
     if (ptr == nullptr || t_in_source || dp.get_context() != ptr) {
@@ -110,9 +113,9 @@ class TrackingCpuAllocator final : public c10::Allocator {
     std::uint64_t live = 0, capacity = 0;
     {
       std::lock_guard<std::mutex> lock(g_mutex);
-      if (g_recorder == nullptr || g_capacity == 0 || g_live_bytes + n <= g_capacity) return;
+      capacity = g_capacity.load(std::memory_order_relaxed);
+      if (g_recorder == nullptr || capacity == 0 || g_live_bytes + n <= capacity) return;
       live = g_live_bytes;
-      capacity = g_capacity;
       Event e;
       e.kind = EventKind::Oom;
       e.device = kCpu;
