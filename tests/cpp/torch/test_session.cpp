@@ -160,3 +160,33 @@ SCENARIO("asking for the driver's view where NVML is absent is reported, not fat
   }
   CHECK(r.model.parameter_bytes == (8 * 8 + 8) * 4);
 }
+
+SCENARIO("state from before the session is adopted, so the ledger starts right", "[torch][session]") {
+  GIVEN("a model trained one step before tracking starts (gradients and Adam state exist)") {
+    torch::manual_seed(0);
+    torch::nn::Linear model(64, 64);
+    torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
+    auto step = [&] {
+      optimizer.zero_grad(/*set_to_none=*/false);
+      model->forward(torch::randn({8, 64})).sum().backward();
+      optimizer.step();
+    };
+    step();
+    const std::uint64_t p_bytes = param_bytes(*model);
+    Session session(ridgescope::Options{}.out(temp_trace("adopt")));
+    session.track(*model, optimizer);
+    { PhaseGuard g(session, Phase::ZeroGrad); optimizer.zero_grad(/*set_to_none=*/true); }
+    const ridgescope::Report r = session.report();
+    const auto* zg = phase(r, 0, "zero_grad");
+    REQUIRE(zg != nullptr);
+    THEN("parameters, gradients and both moments are live from the start, with their names") {
+      CHECK(cat(zg->start_by_category, Category::Parameter) == p_bytes);
+      CHECK(cat(zg->start_by_category, Category::Gradient) == p_bytes);
+      CHECK(cat(zg->start_by_category, Category::OptimizerState) == 2 * p_bytes);
+      CHECK(cat(zg->end_by_category, Category::Gradient) == 0);  // their frees were seen
+      bool named = false;
+      for (const auto& l : r.peak.by_label) named |= l.label == "exp_avg_sq of weight";
+      CHECK(named);
+    }
+  }
+}
