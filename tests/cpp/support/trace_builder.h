@@ -31,60 +31,45 @@ class TraceBuilder {
   explicit TraceBuilder(const std::string& path, Device device = {}) : recorder_(path), device_(device) {}
 
   TraceBuilder& alloc(std::uint64_t addr, std::uint64_t bytes) {
-    Event e;
-    e.kind = EventKind::Alloc;
-    e.device = device_;
-    e.addr = addr;
+    Event e = make(EventKind::Alloc, addr);
     e.bytes = e.requested_bytes = bytes;
-    emit(e);
-    return *this;
+    return emit(e);
   }
   TraceBuilder& free(std::uint64_t addr, std::uint64_t bytes = 0) {
-    Event e;
-    e.kind = EventKind::Free;
-    e.device = device_;
-    e.addr = addr;
+    Event e = make(EventKind::Free, addr);
     e.bytes = bytes;
-    emit(e);
-    return *this;
+    return emit(e);
   }
   TraceBuilder& tag(std::uint64_t addr, Category c, const std::string& label, bool weak = false) {
-    Event e;
-    e.kind = EventKind::Tag;
-    e.device = device_;
-    e.addr = addr;
+    Event e = make(EventKind::Tag, addr);
     e.category = c;
     e.flags = weak ? kTagWeak : 0;
     e.string_id = recorder_.intern(label);
-    emit(e);
-    return *this;
+    return emit(e);
+  }
+  TraceBuilder& segment(std::uint64_t addr, std::uint64_t bytes) {
+    Event e = make(EventKind::SegmentAlloc, addr);
+    e.bytes = bytes;
+    return emit(e);
   }
   TraceBuilder& begin(const std::string& phase) { return phase_event(EventKind::PhaseBegin, phase); }
   TraceBuilder& end(const std::string& phase) { return phase_event(EventKind::PhaseEnd, phase); }
   TraceBuilder& step(std::uint64_t n) {
-    Event e;
-    e.kind = EventKind::Step;
+    Event e = make(EventKind::Step);
     e.value = n;
-    emit(e);
-    return *this;
+    return emit(e);
   }
   TraceBuilder& sample(std::uint64_t live_bytes) {
-    Event e;
-    e.kind = EventKind::Sample;
-    e.device = device_;
+    Event e = make(EventKind::Sample);
     e.string_id = recorder_.intern("allocator_live_bytes");
     e.value = live_bytes;
-    emit(e);
-    return *this;
+    return emit(e);
   }
   TraceBuilder& oom(std::uint64_t request, std::uint64_t device_free) {
-    Event e;
-    e.kind = EventKind::Oom;
-    e.device = device_;
+    Event e = make(EventKind::Oom);
     e.bytes = request;
     e.value = device_free;
-    emit(e);
-    return *this;
+    return emit(e);
   }
   TraceBuilder& metadata(const std::string& key, const std::string& json) {
     recorder_.metadata(key, json);
@@ -96,33 +81,30 @@ class TraceBuilder {
     time_ns_ = time_ns;
     return *this;
   }
-  TraceBuilder& segment(std::uint64_t addr, std::uint64_t bytes) {
-    Event e;
-    e.kind = EventKind::SegmentAlloc;
-    e.device = device_;
-    e.addr = addr;
-    e.bytes = bytes;
-    emit(e);
-    return *this;
-  }
   void close() { recorder_.close(); }
   Recorder& recorder() { return recorder_; }
 
  private:
   TraceBuilder& phase_event(EventKind kind, const std::string& phase) {
+    Event e = make(kind);
+    e.string_id = recorder_.intern(phase);
+    return emit(e);
+  }
+  Event make(EventKind kind, std::uint64_t addr = 0) const {
     Event e;
     e.kind = kind;
-    e.string_id = recorder_.intern(phase);
-    emit(e);
-    return *this;
+    e.device = device_;
+    e.addr = addr;
+    return e;
   }
-  void emit(Event e) {
+  TraceBuilder& emit(Event e) {
     if (explicit_time_) {
       e.time_ns = time_ns_;
       recorder_.record_timed(e);
     } else {
       recorder_.record(e);
     }
+    return *this;
   }
   Recorder recorder_;
   Device device_;
