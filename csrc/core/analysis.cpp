@@ -2,6 +2,7 @@
 #include "ridgescope/analysis.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string_view>
 #include <tuple>
 #include <utility>
@@ -238,20 +239,94 @@ class LifetimePass {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Live bytes over time in a bounded number of columns (Report::timeline). Every state change is
+// observed, so each column's minimum and maximum are exact; a column starts from the state
+// carried into it, and columns no event touches carry it unchanged.
+// ---------------------------------------------------------------------------------------------
+class TimelineBuilder {
+ public:
+  TimelineBuilder(Timeline& out, std::uint64_t end_time_ns, std::size_t max_columns) : out_(out) {
+    // [0, end_time_ns] inclusive (a hostile trace's last time may be the largest value)
+    const std::uint64_t span = end_time_ns == UINT64_MAX ? end_time_ns : end_time_ns + 1;
+    const std::uint64_t n = std::max<std::uint64_t>(1, max_columns);
+    out_.end_time_ns = end_time_ns;
+    out_.column_ns = std::max<std::uint64_t>(1, span / n + (span % n != 0));
+    out_.columns.assign(static_cast<std::size_t>(span / out_.column_ns + (span % out_.column_ns != 0)), {});
+  }
+
+  // The state just changed (at time_ns) to these live and reserved bytes.
+  void observe(std::uint64_t time_ns, std::uint64_t live, std::uint64_t reserved, const CategoryBytes& by_category) {
+    advance_to(time_ns);
+    TimelineColumn& c = out_.columns[current_];
+    if (live > c.max_bytes) {
+      c.max_bytes = live;
+      c.max_time_ns = time_ns;
+      c.max_by_category = by_category;
+    }
+    c.min_bytes = std::min(c.min_bytes, live);
+    c.reserved_bytes = std::max(c.reserved_bytes, reserved);
+    live_ = live;
+    reserved_ = reserved;
+    by_category_ = by_category;
+  }
+
+  // Columns after the last change carry the final state.
+  void finish() {
+    fill(current_ + 1, out_.columns.size());
+  }
+
+ private:
+  void advance_to(std::uint64_t time_ns) {
+    const std::size_t last = out_.columns.size() - 1;
+    const std::size_t col = std::min<std::uint64_t>(last, time_ns / out_.column_ns);
+    if (!started_) {  // before the first change nothing is live
+      started_ = true;
+      fill(0, col + 1);
+      current_ = col;
+      return;
+    }
+    if (col <= current_) return;  // same column (or a time that went backwards)
+    fill(current_ + 1, col + 1);
+    current_ = col;
+  }
+
+  void fill(std::size_t from, std::size_t to) {
+    for (std::size_t i = from; i < to; ++i) {
+      TimelineColumn& c = out_.columns[i];
+      c.min_bytes = c.max_bytes = live_;
+      c.max_time_ns = i * out_.column_ns;
+      c.reserved_bytes = reserved_;
+      c.max_by_category = by_category_;
+    }
+  }
+
+  Timeline& out_;
+  std::size_t current_ = 0;
+  bool started_ = false;
+  std::uint64_t live_ = 0, reserved_ = 0;
+  CategoryBytes by_category_{};
+};
+
+// ---------------------------------------------------------------------------------------------
 // Pass 2: replay one device with resolved categories and gather the report.
 // ---------------------------------------------------------------------------------------------
 class ReplayPass {
  public:
   ReplayPass(const TraceReader& reader, const std::vector<Resolved>& resolved, Device device,
-             std::uint64_t peak_seq, bool has_peak, const AnalysisOptions& options, Report& report)
+             std::uint64_t peak_seq, bool has_peak, std::uint64_t end_time_ns,
+             const AnalysisOptions& options, Report& report)
       : reader_(reader), resolved_(resolved), device_(device), peak_seq_(peak_seq),
-        has_peak_(has_peak), options_(options), report_(report) {
+        has_peak_(has_peak), options_(options), report_(report),
+        timeline_(report.timeline, end_time_ns, options.timeline_columns) {
   }
 
   void run(TraceReader& reader) {
     Event e;
     while (reader.next(e)) {
-      if (e.kind != EventKind::String && e.kind != EventKind::Metadata) sample_dashboards(e.time_ns);
+      if (e.kind != EventKind::String && e.kind != EventKind::Metadata) {
+        sample_dashboards(e.time_ns);
+        now_ns_ = e.time_ns;
+      }
       switch (e.kind) {
         case EventKind::Alloc: on_alloc(e); break;
         case EventKind::Free:
@@ -261,10 +336,16 @@ class ReplayPass {
           if (e.device == device_) on_tag(e);
           break;
         case EventKind::SegmentAlloc:
-          if (e.device == device_) ledger_.on_segment_alloc(e.addr, e.bytes);
+          if (e.device == device_) {
+            ledger_.on_segment_alloc(e.addr, e.bytes);
+            observe_timeline();
+          }
           break;
         case EventKind::SegmentFree:
-          if (e.device == device_) ledger_.on_segment_free(e.addr);
+          if (e.device == device_) {
+            ledger_.on_segment_free(e.addr);
+            observe_timeline();
+          }
           break;
         case EventKind::PhaseBegin: on_phase_begin(e); break;
         case EventKind::PhaseEnd: on_phase_end(e); break;
@@ -294,6 +375,7 @@ class ReplayPass {
       step_open_ = true;
       StepStats s;
       s.step = current_step_;
+      s.begin_time_ns = s.end_time_ns = now_ns_;
       s.start_bytes = s.peak_bytes = ledger_.live_bytes();
       s.peak_by_category = ledger_.by_category();
       report_.steps.push_back(std::move(s));
@@ -306,7 +388,12 @@ class ReplayPass {
     return report_.steps[ref.first].phases[ref.second];
   }
 
+  void observe_timeline() {
+    timeline_.observe(now_ns_, ledger_.live_bytes(), ledger_.reserved_bytes(), ledger_.by_category());
+  }
+
   void observe_growth(const Event& e) {
+    observe_timeline();
     const std::uint64_t live = ledger_.live_bytes();
     StepStats& s = step_stats();
     if (live > s.peak_bytes) {
@@ -352,6 +439,7 @@ class ReplayPass {
     step_stats();
     const auto block = ledger_.on_free(e.addr);
     if (!block) return;
+    observe_timeline();
     ++report_.frees;
     alloc_step_.erase(block->block_id);
     for (std::size_t i = 0; i < open_phases_.size(); ++i) phase_at(i).freed_bytes += block->bytes;
@@ -392,6 +480,7 @@ class ReplayPass {
     if (complete && p.phase == "optimizer_step") completed_optimizer_step_ = true;
     p.complete = complete;
     p.end_time_ns = time_ns;
+    report_.timeline.phases.push_back({p.phase, p.step, p.depth, p.begin_time_ns, time_ns});
     p.end_bytes = ledger_.live_bytes();
     p.end_by_category = ledger_.by_category();
   }
@@ -411,6 +500,8 @@ class ReplayPass {
     StepStats& s = step_stats();
     s.end_bytes = ledger_.live_bytes();
     s.end_by_category = ledger_.by_category();
+    s.end_time_ns = e.time_ns;
+    report_.timeline.step_ends.emplace_back(e.value, e.time_ns);
     step_open_ = false;
     current_step_ = e.value + 1;
     occurrences_.clear();
@@ -442,6 +533,7 @@ class ReplayPass {
     o.step = current_step_;
     o.phase = phase_stack_.empty() ? std::string("idle") : phase_name(phase_stack_.back());
     o.time_ns = e.time_ns;
+    report_.timeline.oom_times_ns.push_back(e.time_ns);
     o.live_bytes = ledger_.live_bytes();
     o.reserved_bytes = ledger_.reserved_bytes();
     o.by_category = ledger_.by_category();
@@ -574,6 +666,7 @@ class ReplayPass {
       StepStats& s = report_.steps.back();
       s.end_bytes = ledger_.live_bytes();
       s.end_by_category = ledger_.by_category();
+      s.end_time_ns = last_time_;
       s.complete = false;
       // A trailing step with nothing in it (the loop ended right after a step) says nothing.
       if (s.phases.empty() && s.peak_bytes == s.start_bytes) report_.steps.pop_back();
@@ -581,6 +674,13 @@ class ReplayPass {
     report_.final_live_bytes = ledger_.live_bytes();
     report_.final_by_category = ledger_.by_category();
     report_.anomalies = ledger_.anomalies();
+    timeline_.finish();
+    // Phases were recorded as they closed (inner ones first); draw them in order of beginning.
+    std::stable_sort(report_.timeline.phases.begin(), report_.timeline.phases.end(),
+                     [](const TimelinePhase& a, const TimelinePhase& b) {
+                       return a.begin_time_ns != b.begin_time_ns ? a.begin_time_ns < b.begin_time_ns
+                                                                 : a.depth < b.depth;
+                     });
   }
 
   static inline const Resolved kUnknown{};
@@ -591,6 +691,8 @@ class ReplayPass {
   const bool has_peak_;
   const AnalysisOptions& options_;
   Report& report_;
+  TimelineBuilder timeline_;
+  std::uint64_t now_ns_ = 0;  // time of the last timed event
   Ledger ledger_;
   std::uint64_t next_block_id_ = 0;
   std::uint64_t current_step_ = 0;
@@ -731,7 +833,8 @@ Report analyze_trace(const std::string& path, const AnalysisOptions& options) {
   report.device = device;
 
   reader.rewind();
-  ReplayPass replay(reader, lifetimes.resolved(), device, peak_seq, has_peak, options, report);
+  ReplayPass replay(reader, lifetimes.resolved(), device, peak_seq, has_peak, lifetimes.last_time(),
+                    options, report);
   replay.run(reader);
   replay.finish_dashboards();
   add_warnings(report);

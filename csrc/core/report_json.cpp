@@ -45,6 +45,42 @@ void write_phase(JsonWriter& w, const PhaseStats& p) {
   w.end_object();
 }
 
+// Columnar arrays (one entry per column) keep the timeline compact.
+void write_timeline(JsonWriter& w, const Timeline& t) {
+  w.key("timeline").begin_object();
+  w.field("end_time_ns", t.end_time_ns).field("column_ns", t.column_ns);
+  w.field("columns", static_cast<std::uint64_t>(t.columns.size()));
+  auto column_array = [&](std::string_view key, auto get) {
+    w.key(key).begin_array();
+    for (const TimelineColumn& c : t.columns) w.value(static_cast<std::uint64_t>(get(c)));
+    w.end_array();
+  };
+  column_array("min_bytes", [](const TimelineColumn& c) { return c.min_bytes; });
+  column_array("max_bytes", [](const TimelineColumn& c) { return c.max_bytes; });
+  column_array("max_time_ns", [](const TimelineColumn& c) { return c.max_time_ns; });
+  column_array("reserved_bytes", [](const TimelineColumn& c) { return c.reserved_bytes; });
+  w.key("max_by_category").begin_object();
+  for (std::size_t i = 0; i < kCategoryCount; ++i) {
+    w.key(category_name(static_cast<Category>(i))).begin_array();
+    for (const TimelineColumn& c : t.columns) w.value(c.max_by_category[i]);
+    w.end_array();
+  }
+  w.end_object();
+  w.key("step_ends").begin_array();
+  for (const auto& [step, time] : t.step_ends) w.begin_object().field("step", step).field("time_ns", time).end_object();
+  w.end_array();
+  w.key("phases").begin_array();
+  for (const TimelinePhase& p : t.phases) {
+    w.begin_object().field("phase", p.phase).field("step", p.step).field("depth", p.depth);
+    w.field("begin_time_ns", p.begin_time_ns).field("end_time_ns", p.end_time_ns).end_object();
+  }
+  w.end_array();
+  w.key("oom_times_ns").begin_array();
+  for (auto x : t.oom_times_ns) w.value(x);
+  w.end_array();
+  w.end_object();
+}
+
 }  // namespace
 
 std::string device_name(Device device) {
@@ -111,6 +147,7 @@ std::string report_to_json(const Report& r) {
   for (const StepStats& s : r.steps) {
     w.begin_object();
     w.field("step", s.step).field("complete", s.complete);
+    w.field("begin_time_ns", s.begin_time_ns).field("end_time_ns", s.end_time_ns);
     w.field("start_bytes", s.start_bytes).field("end_bytes", s.end_bytes);
     w.field("peak_bytes", s.peak_bytes);
     write_categories(w, "peak_by_category", s.peak_by_category);
@@ -172,6 +209,8 @@ std::string report_to_json(const Report& r) {
     w.field("max_sample_bytes", d.max_sample_bytes).end_object();
   }
   w.end_array();
+
+  write_timeline(w, r.timeline);
 
   w.key("anomalies").begin_object();
   w.field("unknown_frees", r.anomalies.unknown_frees);

@@ -77,6 +77,8 @@ struct PhaseStats {
 struct StepStats {
   std::uint64_t step = 0;
   bool complete = true;  // false for a trailing step the trace never closed
+  // From the first thing that happened in the step to its `step` record (or the trace's end).
+  std::uint64_t begin_time_ns = 0, end_time_ns = 0;
   std::uint64_t start_bytes = 0, end_bytes = 0, peak_bytes = 0;
   CategoryBytes peak_by_category{}, end_by_category{};
   std::vector<PhaseStats> phases;  // in order of their beginning
@@ -99,6 +101,34 @@ struct SamplerView {
   std::uint64_t period_ns = 0;
   std::uint64_t samples = 0;
   std::uint64_t max_sample_bytes = 0;  // the highest sample: what the dashboard calls the peak
+};
+
+// Live bytes over time, downsampled for drawing: the run's time span [0, end_time_ns] is cut
+// into columns of column_ns nanoseconds (at most AnalysisOptions::timeline_columns), and each
+// column keeps the lowest and highest live bytes it saw, so no peak is hidden: the report's
+// peak.bytes is exactly the max_bytes of the column holding peak.time_ns. A column with no
+// event carries the state from before it. Size is bounded by the column count, not the trace.
+struct TimelineColumn {
+  std::uint64_t min_bytes = 0, max_bytes = 0;  // live bytes, lowest and highest in the column
+  std::uint64_t max_time_ns = 0;               // when max_bytes was first reached in it
+  std::uint64_t reserved_bytes = 0;            // highest reserved bytes in the column
+  CategoryBytes max_by_category{};             // composition at max_time_ns (sums to max_bytes)
+};
+
+struct TimelinePhase {
+  std::string phase;
+  std::uint64_t step = 0;
+  std::uint32_t depth = 0;  // 0 for a top-level phase
+  std::uint64_t begin_time_ns = 0, end_time_ns = 0;
+};
+
+struct Timeline {
+  std::uint64_t end_time_ns = 0;  // the last event's time; the timeline starts at 0
+  std::uint64_t column_ns = 1;    // column i covers [i * column_ns, (i + 1) * column_ns)
+  std::vector<TimelineColumn> columns;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> step_ends;  // (step, time of its record)
+  std::vector<TimelinePhase> phases;                             // in order of beginning
+  std::vector<std::uint64_t> oom_times_ns;
 };
 
 struct ReportWarning {
@@ -193,6 +223,7 @@ struct Report {
   std::vector<ReportWarning> warnings;
   ConsistencyCheck consistency;
   std::vector<SamplerView> dashboards;  // 15 s and 30 s samplers, next to peak.bytes
+  Timeline timeline;                    // live bytes over time, for charts
   // The state at AnalysisOptions::probe_time_ns, when asked for.
   struct Probe {
     std::uint64_t time_ns = 0;
