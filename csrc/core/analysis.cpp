@@ -258,6 +258,7 @@ class TimelineBuilder {
   void observe(std::uint64_t time_ns, std::uint64_t live, std::uint64_t reserved, const CategoryBytes& by_category) {
     advance_to(time_ns);
     TimelineColumn& c = out_.columns[current_];
+    ++c.changes;
     if (live > c.max_bytes) {
       c.max_bytes = live;
       c.max_time_ns = time_ns;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "json_writer.h"
 #include "ridgescope/report.h"
@@ -45,16 +46,26 @@ void write_phase(JsonWriter& w, const PhaseStats& p) {
   w.end_object();
 }
 
-// Columnar arrays (one entry per column) keep the timeline compact.
+// Columnar arrays keep the timeline compact. Only columns with a state change are listed, and
+// the column right after each (it holds the carried state); a column not listed equals the last
+// listed one before it. Column 0 is always listed.
 void write_timeline(JsonWriter& w, const Timeline& t) {
+  std::vector<std::size_t> listed;
+  for (std::size_t i = 0; i < t.columns.size(); ++i) {
+    if (i == 0 || t.columns[i].changes > 0 || t.columns[i - 1].changes > 0) listed.push_back(i);
+  }
   w.key("timeline").begin_object();
   w.field("end_time_ns", t.end_time_ns).field("column_ns", t.column_ns);
   w.field("columns", static_cast<std::uint64_t>(t.columns.size()));
+  w.key("index").begin_array();
+  for (std::size_t i : listed) w.value(static_cast<std::uint64_t>(i));
+  w.end_array();
   auto column_array = [&](std::string_view key, auto get) {
     w.key(key).begin_array();
-    for (const TimelineColumn& c : t.columns) w.value(static_cast<std::uint64_t>(get(c)));
+    for (std::size_t i : listed) w.value(static_cast<std::uint64_t>(get(t.columns[i])));
     w.end_array();
   };
+  column_array("changes", [](const TimelineColumn& c) { return c.changes; });
   column_array("min_bytes", [](const TimelineColumn& c) { return c.min_bytes; });
   column_array("max_bytes", [](const TimelineColumn& c) { return c.max_bytes; });
   column_array("max_time_ns", [](const TimelineColumn& c) { return c.max_time_ns; });
@@ -62,7 +73,7 @@ void write_timeline(JsonWriter& w, const Timeline& t) {
   w.key("max_by_category").begin_object();
   for (std::size_t i = 0; i < kCategoryCount; ++i) {
     w.key(category_name(static_cast<Category>(i))).begin_array();
-    for (const TimelineColumn& c : t.columns) w.value(c.max_by_category[i]);
+    for (std::size_t c : listed) w.value(t.columns[c].max_by_category[i]);
     w.end_array();
   }
   w.end_object();

@@ -109,6 +109,7 @@ struct SamplerView {
 // peak.bytes is exactly the max_bytes of the column holding peak.time_ns. A column with no
 // event carries the state from before it. Size is bounded by the column count, not the trace.
 struct TimelineColumn {
+  std::uint64_t changes = 0;                   // state changes observed in the column
   std::uint64_t min_bytes = 0, max_bytes = 0;  // live bytes, lowest and highest in the column
   std::uint64_t max_time_ns = 0;               // when max_bytes was first reached in it
   std::uint64_t reserved_bytes = 0;            // highest reserved bytes in the column

@@ -202,7 +202,9 @@ SCENARIO("the timeline JSON is columnar and bounded by the column count", "[core
   CHECK(tl->get_uint("columns") == r.timeline.columns.size());
   CHECK(tl->get_uint("column_ns") == r.timeline.column_ns);
   CHECK(r.timeline.columns.size() == 50);
-  for (const char* key : {"min_bytes", "max_bytes", "max_time_ns", "reserved_bytes"}) {
+  REQUIRE(tl->get("index") != nullptr);
+  CHECK(tl->get("index")->array.size() == 50);  // every column has a change: all are listed
+  for (const char* key : {"changes", "min_bytes", "max_bytes", "max_time_ns", "reserved_bytes"}) {
     INFO(key);
     REQUIRE(tl->get(key) != nullptr);
     CHECK(tl->get(key)->array.size() == 50);
@@ -214,4 +216,47 @@ SCENARIO("the timeline JSON is columnar and bounded by the column count", "[core
   REQUIRE(by_cat != nullptr);
   CHECK(by_cat->object.size() == kCategoryCount);
   CHECK(by_cat->get("unknown")->array.size() == 50);
+}
+
+SCENARIO("quiet columns are left out of the JSON and read as the last listed column",
+         "[core][timeline][json]") {
+  GIVEN("changes in columns 0 and 6 of 10 only") {
+    TempPath path;
+    {
+      TraceBuilder t(path.str());
+      t.at(0).alloc(0x10, 100).at(500).alloc(0x20, 50);  // column 0
+      t.at(6200).free(0x20).at(9999).begin("forward");   // column 6; the phase sets the end time
+    }
+    AnalysisOptions options;
+    options.timeline_columns = 10;
+    const Report r = analyze_trace(path.str(), options);
+    REQUIRE(r.timeline.columns.size() == 10);
+    std::string error;
+    const auto json = detail::parse_json(report_to_json(r), &error);
+    REQUIRE(json);
+    const detail::JsonValue* tl = json->get("timeline");
+    REQUIRE(tl != nullptr);
+    THEN("the changed columns and the one after each are listed") {
+      std::vector<std::int64_t> index;
+      for (const auto& v : tl->get("index")->array) index.push_back(v.integer);
+      CHECK(index == std::vector<std::int64_t>{0, 1, 6, 7});
+      std::vector<std::int64_t> max, min, changes;
+      for (const auto& v : tl->get("max_bytes")->array) max.push_back(v.integer);
+      for (const auto& v : tl->get("min_bytes")->array) min.push_back(v.integer);
+      for (const auto& v : tl->get("changes")->array) changes.push_back(v.integer);
+      CHECK(max == std::vector<std::int64_t>{150, 150, 150, 100});
+      CHECK(min == std::vector<std::int64_t>{0, 150, 100, 100});
+      CHECK(changes == std::vector<std::int64_t>{2, 0, 1, 0});
+    }
+    THEN("every column left out equals the last listed one before it") {
+      for (std::size_t i : {2u, 3u, 4u, 5u}) {
+        CHECK(r.timeline.columns[i].max_bytes == 150);
+        CHECK(r.timeline.columns[i].min_bytes == 150);
+      }
+      for (std::size_t i : {8u, 9u}) {
+        CHECK(r.timeline.columns[i].max_bytes == 100);
+        CHECK(r.timeline.columns[i].min_bytes == 100);
+      }
+    }
+  }
 }
