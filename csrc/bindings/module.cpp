@@ -67,13 +67,16 @@ PYBIND11_MODULE(_C, m) {
 
   m.def(
       "analyze",
-      [](const std::string& path, std::size_t top_blocks, std::optional<std::uint64_t> probe_time_ns) {
+      [](const std::string& path, std::size_t top_blocks, std::optional<std::uint64_t> probe_time_ns,
+         std::size_t timeline_columns) {
         ridgescope::AnalysisOptions options;
         options.top_blocks = top_blocks;
         options.probe_time_ns = probe_time_ns;
+        options.timeline_columns = timeline_columns;
         return ridgescope::report_to_json(ridgescope::analyze_trace(path, options));
       },
       py::arg("path"), py::arg("top_blocks") = 20, py::arg("probe_time_ns") = py::none(),
+      py::arg("timeline_columns") = 2000,
       py::call_guard<py::gil_scoped_release>(),
       "Analyse a trace file; returns the report as JSON text.");
   m.def("read_events", &read_events, py::arg("path"), py::arg("limit") = SIZE_MAX,
