@@ -4,6 +4,7 @@
 
 #include "ridgescope/analysis.h"
 #include "ridgescope/category.h"
+#include "ridgescope/recorder.h"
 #include "ridgescope/trace_format.h"
 #include "ridgescope/trace_reader.h"
 #include "cpu_allocator_source.h"
@@ -51,6 +52,17 @@ py::list read_events(const std::string& path, std::size_t limit) {
   return out;
 }
 
+// Event kinds a TraceWriter may write (strings and metadata have their own calls).
+ridgescope::EventKind to_event_kind(const std::string& name) {
+  using ridgescope::EventKind;
+  for (EventKind k : {EventKind::Alloc, EventKind::Free, EventKind::SegmentAlloc,
+                      EventKind::SegmentFree, EventKind::Tag, EventKind::PhaseBegin,
+                      EventKind::PhaseEnd, EventKind::Step, EventKind::Oom, EventKind::Sample}) {
+    if (ridgescope::event_kind_name(k) == name) return k;
+  }
+  throw py::value_error("unknown event kind '" + name + "'");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -86,6 +98,40 @@ PYBIND11_MODULE(_C, m) {
         "Whether ridgescope's tracking CPU allocator is registered now (for tests).");
   m.def("_cpu_live_bytes", &ridgescope::sources::cpu_live_bytes,
         "The CPU source's own count of live bytes in the running session (for tests).");
+
+  // A trace written event by event (the dry run of rs.estimate writes its synthetic events
+  // here, so the normal analysis reads them). Times are the caller's nanoseconds.
+  py::class_<ridgescope::Recorder>(m, "TraceWriter")
+      .def(py::init<const std::string&>(), py::arg("path"))
+      .def("intern", [](ridgescope::Recorder& r, const std::string& text) { return r.intern(text); })
+      .def("metadata", [](ridgescope::Recorder& r, const std::string& key,
+                          const std::string& json) { r.metadata(key, json); })
+      .def("event",
+           [](ridgescope::Recorder& r, const std::string& kind, std::uint64_t time_ns,
+              bool cuda, std::uint64_t addr, std::uint64_t bytes, std::uint64_t requested_bytes,
+              const std::string& category, bool weak, std::uint32_t string_id,
+              std::uint64_t value, std::uint64_t stream) {
+             ridgescope::Event e;
+             e.kind = to_event_kind(kind);
+             e.time_ns = time_ns;
+             e.device = cuda ? ridgescope::Device{ridgescope::DeviceType::CUDA, 0} : ridgescope::Device{};
+             e.addr = addr;
+             e.bytes = bytes;
+             e.requested_bytes = requested_bytes;
+             e.category = to_category(category);
+             e.flags = weak ? ridgescope::kTagWeak : 0;
+             e.string_id = string_id;
+             e.value = value;
+             e.stream = stream;
+             r.record_timed(e);
+           },
+           py::arg("kind"), py::arg("time_ns"), py::arg("cuda") = false, py::arg("addr") = 0,
+           py::arg("bytes") = 0, py::arg("requested_bytes") = 0, py::arg("category") = "unknown",
+           py::arg("weak") = false, py::arg("string_id") = 0, py::arg("value") = 0,
+           py::arg("stream") = 0)
+      .def("close", &ridgescope::Recorder::close, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("failed", &ridgescope::Recorder::failed)
+      .def_property_readonly("error", &ridgescope::Recorder::error);
 
   py::class_<TrackingSession>(m, "Session")
       .def(py::init<const std::string&, std::uint64_t>(), py::arg("path"), py::arg("capacity") = 0)

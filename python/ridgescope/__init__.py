@@ -9,6 +9,7 @@ import torch  # noqa: F401  (loads libtorch before the native module that links 
 
 from . import _C
 from ._errors import RidgescopeError, TraceFormatError
+from ._estimate import Estimate, estimate
 from ._report import Report, load
 from ._session import Session, __version__, active_session, phase, track
 
@@ -16,12 +17,14 @@ CATEGORIES = tuple(_C.CATEGORIES)
 
 __all__ = [
     "CATEGORIES",
+    "Estimate",
     "Report",
     "RidgescopeError",
     "Session",
     "TraceFormatError",
     "__version__",
     "active_session",
+    "estimate",
     "load",
     "phase",
     "track",

@@ -1,0 +1,915 @@
+"""``rs.estimate``: will a training step fit? A dry run under PyTorch's fake tensors.
+
+The model, optimizer and batch are built under ``FakeTensorMode``: every tensor has its real
+shape, dtype and strides, autograd saves what it really saves, and no memory is allocated (a
+7B model costs a few hundred MiB of Python objects). Full training steps run on them (zero_grad,
+forward, backward, optimizer step, including the first step's lazy optimizer state) with the
+same instrumentation as a tracked run (``_instrument.Instrumentation``: the same phases, labels,
+categories and tags), but its native side is ``_DryNative`` below: a dispatch mode sees every
+new storage an op returns (exact bytes), a weak-reference finalizer sees it die, and both are
+written as alloc and free events into an ordinary ``.rstrace`` through ``_C.TraceWriter``. The
+normal analysis reads that trace, so the Report has the same shape as a tracked run's.
+
+For a CUDA target the fake tensors run on the CPU device (the autograd engine cannot run fake
+CUDA tensors on a machine without a GPU), with CUDA's choices emulated where they change
+memory: block rounding (512 bytes, or the allocator model), the foreach AdamW/Adam/SGD default,
+the optimizer's step counters staying on the host, the cuBLAS workspace, and CUDA autocast's
+float32 op list on top of CPU autocast. What is and is not modelled: docs/fit.md.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import itertools
+import json
+import math
+import os
+import tempfile
+import threading
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from . import _C
+from ._errors import RidgescopeError
+from ._format import format_bytes, parse_bytes
+from ._report import Report
+
+CUDA_BLOCK = 512  # the caching allocator's smallest block and rounding unit (bytes)
+# cuBLAS workspace torch allocates through the caching allocator on the first matmul of a
+# stream: ":4096:8" (8 x 4 MiB) on Hopper and newer, torch's default CUBLAS_WORKSPACE_CONFIG.
+DEFAULT_CUDA_WORKSPACE = 8 * 4096 * 1024
+_MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "_addmm_activation", "addbmm", "matmul",
+               "_scaled_mm", "addmv", "mv"}
+DTYPE_POLICIES = (None, "fp32", "bf16", "fp16", "bf16-autocast", "fp16-autocast")
+
+
+def _round_block(n: int) -> int:
+    return max(CUDA_BLOCK, (n + CUDA_BLOCK - 1) // CUDA_BLOCK * CUDA_BLOCK)
+
+
+# --------------------------------------------------------------------------- allocator model
+def _new_allocator_model(alloc_conf: str, capacity: int | None) -> Any:
+    """The CUDA caching-allocator model (csrc/core/allocator_model.cpp) when it is built, else
+    None (then reserved bytes are not predicted)."""
+    try:
+        from ._allocator_model import AllocatorModel  # type: ignore
+    except Exception:
+        return None
+    for kwargs in ({"settings": alloc_conf, "capacity": capacity or 0},
+                   {"alloc_conf": alloc_conf, "capacity": capacity or 0}):
+        try:
+            return AllocatorModel(**kwargs)
+        except TypeError:
+            continue
+    try:
+        return AllocatorModel(alloc_conf)
+    except Exception:
+        return None
+
+
+def _stat(stats: Any, *names: str) -> int | None:
+    for n in names:
+        if isinstance(stats, dict) and n in stats:
+            return int(stats[n])
+        if hasattr(stats, n):
+            return int(getattr(stats, n))
+    return None
+
+
+# --------------------------------------------------------------------------- the dry native
+class _DryNative:
+    """The subset of ``_C.Session`` that ``Instrumentation`` calls, for fake tensors: storages
+    are known by identity (a fake storage has no address), each gets a synthetic address, and
+    every event goes to a ``_C.TraceWriter``. Single-threaded by construction (the dry run runs
+    backward on the calling thread), but the module stack is per thread as in the native one."""
+
+    def __init__(self, path: str, cuda: bool, allocator: Any, workspace_bytes: int) -> None:
+        self._w = _C.TraceWriter(path)
+        self.cuda = cuda
+        self._allocator = allocator
+        self._workspace_bytes = workspace_bytes if cuda else 0
+        self._time = 0
+        self._next_addr = 0x10000
+        self._next_id = 1
+        self._storages: dict[int, tuple[int, int, int, Any]] = {}  # id(st) -> (addr, block, alloc id, ref)
+        self._local = threading.local()
+        self._watched: list[torch.Tensor] = []
+        self._watched_labels: list[int] = []
+        self._watched_blocks: list[int] = []
+        self.live = 0
+        self.peak = 0
+        self.oom: dict[str, Any] | None = None
+        self.active = True
+        self.degraded = False
+        self.error = ""
+        self._events = 0
+        self.sample_name = self._w.intern("allocator_live_bytes")
+        self.outside_label = self._w.intern(
+            "activation saved outside the model (loss or functional code)")
+        self.workspace_done = False
+
+    # -- writing
+    def _event(self, kind: str, **kw: Any) -> None:
+        self._time += 1000
+        self._events += 1
+        self._w.event(kind, self._time, cuda=self.cuda, **kw)
+
+    def intern(self, text: str) -> int:
+        return self._w.intern(text)
+
+    def metadata(self, key: str, text: str) -> None:
+        self._w.metadata(key, text)
+
+    def phase_begin(self, name_id: int) -> None:
+        self._event("phase_begin", string_id=name_id)
+
+    def phase_end(self, name_id: int) -> None:
+        self._event("phase_end", string_id=name_id)
+
+    def step(self, n: int) -> None:
+        self._event("step", value=n)
+
+    def sample_allocator(self) -> None:
+        self._event("sample", string_id=self.sample_name, value=self.live)
+
+    def close(self) -> None:
+        if self.active:
+            self.sample_allocator()
+            self.active = False
+            self._w.close()
+            if self._w.failed:
+                raise RidgescopeError(f"could not write the dry run's trace: {self._w.error}")
+
+    # -- storages
+    def _context(self) -> int:
+        stack = getattr(self._local, "modules", None)
+        return stack[-1][1] if stack else 0
+
+    def known(self, st: Any) -> bool:
+        return id(st) in self._storages
+
+    def on_storage(self, st: Any, category: str | None = None, label: int = 0) -> int | None:
+        """Records a new storage's allocation (and arranges its free); returns its address."""
+        entry = self._storages.get(id(st))
+        if entry is not None:
+            return entry[0]
+        nbytes = int(st.nbytes())
+        if nbytes == 0:
+            return None
+        alloc_id = self._next_id
+        self._next_id += 1
+        block = nbytes
+        if self.cuda:
+            block = _round_block(nbytes)
+            if self._allocator is not None:
+                got = self._allocator.malloc(alloc_id, nbytes, 0)
+                if isinstance(got, int) and got > 0:
+                    block = got
+                elif self.oom is None:  # the model says the device is full
+                    self.oom = {"requested_bytes": nbytes, "live_bytes": self.live}
+        addr = self._next_addr
+        self._next_addr += _round_block(block) + CUDA_BLOCK
+        ref = weakref.ref(st, lambda _r, key=id(st): self._on_free(key))
+        self._storages[id(st)] = (addr, block, alloc_id, ref)
+        self.live += block
+        self.peak = max(self.peak, self.live)
+        self._event("alloc", addr=addr, bytes=block, requested_bytes=nbytes,
+                    string_id=self._context())
+        if category is not None:
+            self._event("tag", addr=addr, category=category, string_id=label)
+        return addr
+
+    def _on_free(self, key: int) -> None:
+        entry = self._storages.pop(key, None)
+        if entry is None or not self.active:
+            return
+        addr, block, alloc_id, _ = entry
+        self.live -= block
+        if self._allocator is not None:
+            self._allocator.free(alloc_id)
+        self._event("free", addr=addr, bytes=block)
+
+    def workspace(self) -> None:
+        """The cuBLAS workspace, allocated by torch through the caching allocator on the first
+        matmul and kept for the process's life."""
+        if self.workspace_done or not self._workspace_bytes:
+            return
+        self.workspace_done = True
+        holder = torch.UntypedStorage(self._workspace_bytes, device="meta")
+        self._workspace_holder = holder
+        self.on_storage(holder, "workspace", self.intern("cuBLAS workspace"))
+
+    def _addr(self, tensor: Any) -> int | None:
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        try:
+            st = tensor.untyped_storage()
+        except Exception:
+            return None
+        entry = self._storages.get(id(st))
+        return entry[0] if entry is not None else None
+
+    # -- tagging (the same calls a tracked run makes)
+    def tag(self, tensor: Any, category: str, label: int = 0, weak: bool = False) -> None:
+        addr = self._addr(tensor)
+        if addr is not None:
+            self._event("tag", addr=addr, category=category, string_id=label, weak=weak)
+
+    def register(self, tensor: Any, category: str, label: int = 0) -> int:
+        if not isinstance(tensor, torch.Tensor) or not _on_target(tensor):
+            return 0
+        st = tensor.untyped_storage()
+        if not self.known(st):
+            self.on_storage(st)
+        self.tag(tensor, category, label, False)
+        return int(st.nbytes())
+
+    def pack_saved(self, tensor: Any) -> Any:
+        stack = getattr(self._local, "modules", None)
+        label = stack[-1][0] if stack else self.outside_label
+        self.tag(tensor, "activation", label, True)
+        return tensor
+
+    def watch_parameters(self, params: Sequence[torch.Tensor], labels: Sequence[int]) -> None:
+        self._watched = list(params)
+        self._watched_labels = list(labels) + [0] * (len(params) - len(labels))
+        self._watched_blocks = [0] * len(self._watched)
+
+    def tag_gradients(self) -> int:
+        n = 0
+        for i, p in enumerate(self._watched):
+            addr = self._addr(p.grad) if p.grad is not None else None
+            if addr is None or addr == self._watched_blocks[i]:
+                continue
+            self._watched_blocks[i] = addr
+            self._event("tag", addr=addr, category="gradient", string_id=self._watched_labels[i])
+            n += 1
+        return n
+
+    def enter_module(self, activation_label: int, context: int = 0) -> None:
+        stack = getattr(self._local, "modules", None)
+        if stack is None:
+            stack = self._local.modules = []
+        stack.append((activation_label, context))
+
+    def exit_module(self) -> None:
+        stack = getattr(self._local, "modules", None)
+        if stack:
+            stack.pop()
+
+    def degrade(self, reason: str) -> None:
+        self.degraded = True
+        self.error = reason
+
+    def stats(self) -> dict[str, int]:
+        return {"events": self._events, "dropped_events": 0, "bytes_written": 0,
+                "chunks_written": 0, "buffer_bytes_peak": 0}
+
+
+_TARGET = threading.local()
+
+
+def _on_target(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu"
+
+
+class _StorageWatcher(TorchDispatchMode):
+    """Sees every tensor an op returns; a storage not seen before is a new allocation."""
+
+    def __init__(self, native: _DryNative) -> None:
+        super().__init__()
+        self.native = native
+        self.enabled = True
+        self.host_scalars = False  # True while torch.tensor(x) makes host tensors (CUDA target)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        native = self.native
+        if not self.enabled:
+            return out
+        if native.cuda:
+            name = func.overloadpacket.__name__
+            if name in _MATMUL_OPS and not native.workspace_done:
+                native.workspace()
+            # torch.tensor(0.0) with no device (an optimizer's step counter) is a host tensor
+            # on a CUDA run, not device memory.
+            if self.host_scalars and name in ("lift_fresh", "lift_fresh_copy", "scalar_tensor"):
+                return out
+        leaves = out if isinstance(out, (list, tuple)) else (out,)
+        for t in leaves:
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+                st = t.untyped_storage()
+                if id(st) not in native._storages:
+                    native.on_storage(st)
+        return out
+
+
+# --------------------------------------------------------------------------- autocast (CUDA)
+# CUDA autocast runs these in float32 (torch.amp docs, "CUDA Ops that can autocast to
+# float32"); CPU autocast leaves most of them in the input's dtype. Emulated on top of CPU
+# autocast with a function mode that upcasts their floating inputs.
+_CUDA_FP32_FUNCS = ("softmax", "log_softmax", "layer_norm", "group_norm", "exp", "log", "pow",
+                    "rsqrt", "reciprocal", "cumsum", "cumprod", "prod", "sum", "norm",
+                    "normalize", "softplus", "mse_loss", "l1_loss", "smooth_l1_loss",
+                    "nll_loss", "cross_entropy", "kl_div", "cosine_similarity", "logsumexp")
+
+
+class _CudaAutocastFp32(torch.overrides.TorchFunctionMode):
+    def __init__(self, low: torch.dtype) -> None:
+        super().__init__()
+        self.low = low
+        names = set(_CUDA_FP32_FUNCS)
+        self.funcs = set()
+        for ns in (torch, torch.nn.functional, torch.Tensor):
+            for n in names:
+                f = getattr(ns, n, None)
+                if f is not None:
+                    self.funcs.add(f)
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in self.funcs and torch.is_autocast_enabled("cpu"):
+            up = lambda a: a.float() if isinstance(a, torch.Tensor) and a.dtype == self.low else a  # noqa: E731
+            args = tuple(up(a) for a in args)
+            kwargs = {k: up(v) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------- helpers
+def _accepts(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    return name in sig.parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+
+
+def default_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+    """The loss when none is given: ``(inputs, targets)`` -> cross-entropy of the model's
+    output over its last dimension; a dict -> ``model(**batch)`` (its ``loss`` or ``[0]``);
+    a tensor -> ``model(batch)``. A 0-dim output is taken as the loss, else its sum."""
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        x, y = batch
+        out = model(x)
+        if isinstance(out, torch.Tensor) and out.dim() > 0 and isinstance(y, torch.Tensor):
+            if y.is_floating_point():
+                return torch.nn.functional.mse_loss(out, y)
+            return torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    elif isinstance(batch, dict):
+        out = model(**batch)
+    elif isinstance(batch, (tuple, list)):
+        out = model(*batch)
+    else:
+        out = model(batch)
+    if isinstance(out, dict):
+        out = out.get("loss", next(iter(out.values())))
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    return out if out.dim() == 0 else out.float().sum()
+
+
+@contextlib.contextmanager
+def _device_free_module_moves() -> Iterator[None]:
+    """While the model is built: ``module.to(device)`` / ``.cuda()`` keep the (emulated) device
+    and apply only a dtype, parameter by parameter (fake parameters cannot be swapped)."""
+    nn = torch.nn.Module
+    orig_to, orig_cuda = nn.to, nn.cuda
+
+    def convert(module: torch.nn.Module, dtype: torch.dtype | None) -> torch.nn.Module:
+        if dtype is None:
+            return module
+        for m in module.modules():
+            for name, p in list(m._parameters.items()):
+                if p is not None and p.is_floating_point() and p.dtype != dtype:
+                    m._parameters[name] = torch.nn.Parameter(p.detach().to(dtype),
+                                                              requires_grad=p.requires_grad)
+            for name, b in list(m._buffers.items()):
+                if b is not None and b.is_floating_point() and b.dtype != dtype:
+                    m._buffers[name] = b.to(dtype)
+        return module
+
+    def to(self: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        _, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        return convert(self, dtype)
+
+    nn.to = to  # type: ignore[method-assign]
+    nn.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.to, nn.cuda = orig_to, orig_cuda  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
+    """Builds a 16-bit model directly in its dtype (no float32 copy first)."""
+    if dtype is None:
+        yield
+        return
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(saved)
+
+
+@contextlib.contextmanager
+def _cuda_optimizer_defaults(enabled: bool) -> Iterator[None]:
+    """On CUDA, Adam/AdamW/SGD default to their foreach implementations (which hold a few
+    full-size temporaries); the CPU default is the per-tensor loop. Emulated here."""
+    if not enabled:
+        yield
+        return
+    import torch.optim.adam  # noqa: F401  (the modules whose default is patched)
+    import torch.optim.optimizer as om
+    orig = om._default_to_fused_or_foreach
+
+    def cuda_default(params: Any, differentiable: bool, use_fused: bool = False) -> tuple[bool, bool]:
+        if torch.jit.is_scripting() or differentiable:
+            return False, False
+        return False, not use_fused
+
+    import sys
+    modules = [om] + [m for m in (sys.modules.get(f"torch.optim.{n}") for n in
+                                  ("adam", "adamw", "sgd", "_adafactor", "rmsprop", "adagrad",
+                                   "nadam", "radam", "adamax", "asgd", "rprop", "adadelta"))
+                      if m is not None and hasattr(m, "_default_to_fused_or_foreach")]
+    saved = [(m, m._default_to_fused_or_foreach) for m in modules]
+    for m in modules:
+        m._default_to_fused_or_foreach = cuda_default
+    try:
+        yield
+    finally:
+        for m, f in saved:
+            m._default_to_fused_or_foreach = f
+        om._default_to_fused_or_foreach = orig
+
+
+# --------------------------------------------------------------------------- the dry run
+@dataclass
+class _Run:
+    report: Report
+    peak_allocated: int
+    peak_reserved: int | None
+    allocator_stats: dict[str, Any] | None
+    oom: dict[str, Any] | None
+    params: dict[str, Any]
+
+
+def _dry_run(make_model: Callable[..., Any], make_optimizer: Callable[..., Any],
+             make_batch: Callable[..., Any], *, device: str, capacity: int | None,
+             dtype_policy: str | None, steps: int, loss_fn: Callable[..., Any] | None,
+             alloc_conf: str, batch_kwargs: dict[str, Any], model_kwargs: dict[str, Any],
+             workspace_bytes: int | None, trace: str | None) -> _Run:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from . import _session
+    from ._instrument import Instrumentation
+
+    if _session.active_session() is not None:
+        raise RidgescopeError("rs.estimate cannot run inside rs.track (the dry run installs "
+                              "the same hooks); call it outside the tracked block")
+    cuda = device.startswith("cuda")
+    allocator = _new_allocator_model(alloc_conf, capacity) if cuda else None
+    tmp = None
+    if trace is None:
+        fd, tmp = tempfile.mkstemp(prefix="ridgescope-fit-", suffix=".rstrace")
+        os.close(fd)
+        trace = tmp
+    native = _DryNative(trace, cuda, allocator,
+                        DEFAULT_CUDA_WORKSPACE if workspace_bytes is None else workspace_bytes)
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16, "bf16-autocast": torch.bfloat16,
+           "fp16-autocast": torch.float16}.get(dtype_policy or "")
+    if dtype_policy not in DTYPE_POLICIES:
+        raise ValueError(f"rs.estimate: unknown dtype_policy {dtype_policy!r} "
+                         f"(one of {', '.join(str(p) for p in DTYPE_POLICIES)})")
+    autocast = dtype_policy is not None and dtype_policy.endswith("-autocast")
+    loss_fn = loss_fn or default_loss
+    watcher = _StorageWatcher(native)
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    instr = None
+    try:
+        with warnings.catch_warnings(), fake, watcher, _cuda_optimizer_defaults(cuda):
+            # the instrumentation reads fake storages' (null) data pointers as cache keys
+            warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
+            # Built before the session starts, as in a tracked run: its parameters and
+            # buffers are registered below, construction temporaries are not part of a step.
+            watcher.enabled = False
+            with _device_free_module_moves(), torch.device("cpu"), \
+                    _default_dtype(low if not autocast else None):
+                model = make_model(**model_kwargs)
+                if low is not None and not autocast:
+                    model.to(low)
+            optimizer = make_optimizer(model)
+            instr = Instrumentation(native, model, optimizer, activations=True)
+            instr.run_extra.update({"dry_run": True, "target_device": device,
+                                    "dtype_policy": dtype_policy or "fp32"})
+            if capacity:
+                instr.run_extra["device_capacity_bytes"] = capacity
+            instr._describe()
+            instr.register_existing()
+            watcher.enabled = True
+            instr.install()
+            watcher.host_scalars = True
+            amp = (torch.autocast("cpu", dtype=low) if autocast else contextlib.nullcontext())
+            up = _CudaAutocastFp32(low) if (autocast and cuda) else contextlib.nullcontext()
+            for _ in range(steps):
+                optimizer.zero_grad(set_to_none=True)
+                with _device_free_module_moves():
+                    batch = make_batch(**batch_kwargs)
+                with amp, up:
+                    loss = loss_fn(model, batch)
+                loss.backward()
+                optimizer.step()
+                if instr.failed:
+                    raise RidgescopeError(f"the dry run failed: {instr.error}")
+            instr.remove()
+            del optimizer, model, loss, batch
+    except RidgescopeError:
+        raise
+    except Exception as exc:
+        raise RidgescopeError(
+            f"the dry run failed: {type(exc).__name__}: {exc} (the callables must run under "
+            "fake tensors: no .item(), .tolist(), data-dependent shapes or real data; build "
+            "tensors on the default device, see docs/fit.md)") from exc
+    finally:
+        if instr is not None:
+            instr.remove()
+        native.close()
+    try:
+        report = Report.from_trace(trace)
+    finally:
+        if tmp is not None:
+            os.unlink(tmp)
+    stats = None
+    reserved = None
+    if allocator is not None:
+        try:
+            raw = allocator.stats()
+            stats = dict(raw) if isinstance(raw, dict) else {
+                k: getattr(raw, k) for k in dir(raw) if not k.startswith("_")}
+            reserved = _stat(raw, "peak_reserved", "peak_reserved_bytes", "max_reserved",
+                             "reserved_peak")
+        except Exception:
+            stats = None
+    return _Run(report, report.peak_bytes, reserved, stats, native.oom,
+                {**batch_kwargs, **model_kwargs})
+
+
+# --------------------------------------------------------------------------- results
+def activation_peak(report: Report) -> int:
+    """The most activation bytes live at any phase's peak or end."""
+    return max((max(p["peak_by_category"].get("activation", 0),
+                    p["end_by_category"].get("activation", 0))
+                for p in report.phases()), default=0)
+
+
+def _by_phase(report: Report) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for p in report.phases():
+        out[p["phase"]] = max(out.get(p["phase"], 0), p["peak_bytes"])
+    return out
+
+
+@dataclass
+class Remedy:
+    """One way to make the step fit, with its predicted peak. ``method`` says how it was
+    obtained: ``"dry run"`` (the step re-run with the change) or ``"arithmetic"`` (the
+    measured composition with one category scaled)."""
+    name: str
+    description: str
+    peak_allocated: int
+    fits: bool | None
+    method: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Estimate:
+    """The prediction for one training-step configuration. Bytes are integers."""
+    device: str
+    capacity: int | None
+    peak_allocated: int
+    peak_reserved: int | None
+    by_category: dict[str, int]
+    by_phase: dict[str, int]
+    activation_peak: int
+    report: Report
+    params: dict[str, Any]
+    allocator_stats: dict[str, Any] | None = None
+    largest_batch: int | None = None
+    largest_batch_method: str | None = None
+    remedies: list[Remedy] = field(default_factory=list)
+    _rerun: Callable[..., "Estimate"] | None = field(default=None, repr=False)
+
+    @property
+    def predicted_peak(self) -> int:
+        """The figure compared with the capacity: reserved when the allocator model predicted
+        it, else allocated."""
+        return self.peak_reserved if self.peak_reserved is not None else self.peak_allocated
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.capacity is None else self.predicted_peak <= self.capacity
+
+    @property
+    def margin(self) -> int | None:
+        """Capacity minus the predicted peak (negative when it does not fit)."""
+        return None if self.capacity is None else self.capacity - self.predicted_peak
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device, "capacity_bytes": self.capacity, "params": self.params,
+            "fits": self.fits, "margin_bytes": self.margin,
+            "peak_allocated_bytes": self.peak_allocated,
+            "peak_reserved_bytes": self.peak_reserved,
+            "reserved_modelled": self.peak_reserved is not None,
+            "activation_peak_bytes": self.activation_peak,
+            "by_category": self.by_category, "by_phase": self.by_phase,
+            "peak_step": self.report.peak.get("step"), "peak_phase": self.report.peak.get("phase"),
+            "largest_batch": self.largest_batch, "largest_batch_method": self.largest_batch_method,
+            "remedies": [r.to_dict() for r in self.remedies],
+        }
+
+    def summary(self) -> str:
+        lines = []
+        params = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        lines.append(f"ridgescope fit: predicted training step on {self.device}"
+                     + (f" ({params})" if params else ""))
+        lines.append(f"  peak allocated  {format_bytes(self.peak_allocated):>11}  "
+                     f"(step {self.report.peak.get('step')}, {self.report.peak.get('phase')})")
+        if self.peak_reserved is not None:
+            lines.append(f"  peak reserved   {format_bytes(self.peak_reserved):>11}  "
+                         "(caching-allocator model)")
+        else:
+            lines.append("  peak reserved   not predicted (allocator model not available)")
+        if self.capacity is not None:
+            verdict = "FITS" if self.fits else "DOES NOT FIT"
+            m = self.margin or 0
+            lines.append(f"  capacity        {format_bytes(self.capacity):>11}  -> {verdict}, "
+                         f"margin {'-' if m < 0 else ''}{format_bytes(abs(m))}")
+        lines.append("  at the peak, by category:")
+        for cat, b in sorted(self.by_category.items(), key=lambda kv: -kv[1]):
+            if b:
+                lines.append(f"    {cat:<16} {format_bytes(b):>11}")
+        lines.append("  peak by phase:")
+        for ph, b in self.by_phase.items():
+            lines.append(f"    {ph:<16} {format_bytes(b):>11}")
+        if self.largest_batch is not None:
+            lines.append(f"  largest batch that fits: {self.largest_batch} "
+                         f"({self.largest_batch_method})")
+        if self.remedies:
+            lines.append("  remedies (predicted peak allocated):")
+            for r in self.remedies:
+                ok = "" if r.fits is None else ("  fits" if r.fits else "  still too big")
+                lines.append(f"    {r.name:<28} {format_bytes(r.peak_allocated):>11}{ok}  "
+                             f"[{r.method}] {r.description}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    # ---------------------------------------------------------------- sweep
+    def sweep(self, batch_size: Sequence[int] | None = None,
+              seq_len: Sequence[int] | None = None, steps: int = 1) -> "Sweep":
+        """Runs the dry run over the grid (``make_batch`` must accept ``batch_size`` and/or
+        ``seq_len``) and fits the activation peak's scaling: linear in batch size and
+        ``a + b*s + c*s^2`` in sequence length (least squares)."""
+        if self._rerun is None:
+            raise RidgescopeError("this estimate cannot be re-run")
+        bs = list(batch_size) if batch_size else [None]
+        ss = list(seq_len) if seq_len else [None]
+        rows = []
+        for b, s in itertools.product(bs, ss):
+            kw = {}
+            if b is not None:
+                kw["batch_size"] = b
+            if s is not None:
+                kw["seq_len"] = s
+            est = self._rerun(batch_kwargs=kw, steps=steps, remedies=False)
+            rows.append({"batch_size": b, "seq_len": s, "peak_allocated": est.peak_allocated,
+                         "peak_reserved": est.peak_reserved,
+                         "activation_peak": est.activation_peak, "fits": est.fits})
+        return Sweep(rows)
+
+
+def _lstsq(xs: list[float], ys: list[float], degree: int) -> list[float]:
+    import numpy as np
+    a = np.vander(np.asarray(xs, dtype=float), degree + 1, increasing=True)
+    coef, *_ = np.linalg.lstsq(a, np.asarray(ys, dtype=float), rcond=None)
+    return [float(c) for c in coef]
+
+
+@dataclass
+class Sweep:
+    """A grid of dry runs: ``rows`` and the fitted scaling of the activation peak."""
+    rows: list[dict[str, Any]]
+
+    def _groups(self, key: str, other: str) -> dict[Any, list[tuple[int, int]]]:
+        g: dict[Any, list[tuple[int, int]]] = {}
+        for r in self.rows:
+            if r[key] is not None:
+                g.setdefault(r[other], []).append((r[key], r["activation_peak"]))
+        return g
+
+    @property
+    def batch_scaling(self) -> dict[str, Any] | None:
+        """Activation peak = a + b * batch_size, fitted over each sequence length; the fit of
+        the longest one, with its largest relative residual."""
+        for s, pts in sorted(self._groups("batch_size", "seq_len").items(),
+                             key=lambda kv: -(kv[0] or 0)):
+            if len(pts) < 2:
+                continue
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            a, b = _lstsq(xs, ys, 1)
+            resid = max(abs(a + b * x - y) / max(y, 1) for x, y in pts)
+            return {"seq_len": s, "a": a, "b": b, "model": "linear", "max_rel_residual": resid}
+        return None
+
+    @property
+    def seq_scaling(self) -> dict[str, Any] | None:
+        """Activation peak = a + b*s + c*s^2 (least squares) for the largest batch size;
+        ``model`` is "quadratic" when the s^2 term is over 5 % of the peak at the longest
+        sequence, else "linear"."""
+        for b, pts in sorted(self._groups("seq_len", "batch_size").items(),
+                             key=lambda kv: -(kv[0] or 0)):
+            if len(pts) < 3:
+                continue
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            a, lin, quad = _lstsq(xs, ys, 2)
+            smax = max(xs)
+            share = quad * smax * smax / max(max(ys), 1)
+            return {"batch_size": b, "a": a, "b": lin, "c": quad,
+                    "quadratic_share": share,
+                    "model": "quadratic" if share > 0.05 else "linear"}
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "batch_scaling": self.batch_scaling,
+                "seq_scaling": self.seq_scaling}
+
+    def table(self) -> str:
+        lines = [f"{'batch':>6} {'seq':>6} {'activation':>12} {'allocated':>12} {'reserved':>12}  fits"]
+        for r in self.rows:
+            res = format_bytes(r["peak_reserved"]) if r["peak_reserved"] is not None else "-"
+            fits = "-" if r["fits"] is None else ("yes" if r["fits"] else "no")
+            lines.append(f"{str(r['batch_size']):>6} {str(r['seq_len']):>6} "
+                         f"{format_bytes(r['activation_peak']):>12} "
+                         f"{format_bytes(r['peak_allocated']):>12} {res:>12}  {fits}")
+        bsc, ssc = self.batch_scaling, self.seq_scaling
+        if bsc:
+            lines.append(f"activation ~ {bsc['a']:.4g} + {bsc['b']:.4g} * batch  (linear, "
+                         f"max residual {bsc['max_rel_residual']:.2%})")
+        if ssc:
+            lines.append(f"activation ~ {ssc['a']:.4g} + {ssc['b']:.4g} * s + {ssc['c']:.4g} "
+                         f"* s^2  ({ssc['model']}; s^2 term {ssc['quadratic_share']:.1%} of "
+                         "the peak at the longest s)")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+# --------------------------------------------------------------------------- public entry
+def estimate(make_model: Callable[..., torch.nn.Module],
+             make_optimizer: Callable[[torch.nn.Module], torch.optim.Optimizer],
+             make_batch: Callable[..., Any], device: str = "cuda",
+             capacity: int | str | None = "80GiB", dtype_policy: str | None = None,
+             steps: int = 2, loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor] | None = None,
+             alloc_conf: str = "", *, batch_size: int | None = None, seq_len: int | None = None,
+             remedies: bool = True, workspace_bytes: int | None = None,
+             trace: str | os.PathLike[str] | None = None) -> Estimate:
+    """Predicts the peak memory of a training step without running it on a device::
+
+        est = rs.estimate(make_model, make_optimizer, make_batch, device="cuda",
+                          capacity="80GiB", dtype_policy="bf16-autocast")
+        est.fits, est.peak_allocated, est.peak_reserved, est.by_category, est.margin
+
+    ``make_model()`` builds the model on the default device (no ``.to("cuda")`` needed; it is
+    ignored), ``make_optimizer(model)`` its optimizer, ``make_batch()`` one batch, called with
+    ``batch_size=``/``seq_len=`` when given and accepted. ``loss_fn(model, batch)`` defaults to
+    cross-entropy of ``model(x)`` against ``y`` for an ``(x, y)`` batch. ``steps`` full training
+    steps run (the first creates the optimizer state). ``dtype_policy``: None/"fp32", "bf16" or
+    "fp16" (the model cast after construction), "bf16-autocast"/"fp16-autocast" (forward and
+    loss under autocast). ``alloc_conf`` is a PYTORCH_CUDA_ALLOC_CONF string for the allocator
+    model. ``trace`` keeps the dry run's trace. Nothing real is allocated; see docs/fit.md.
+    """
+    if device not in ("cpu",) and not device.startswith("cuda"):
+        raise ValueError(f"rs.estimate: device must be 'cuda' or 'cpu', got {device!r}")
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"rs.estimate: steps must be a positive int, got {steps!r}")
+    cap = None
+    if capacity is not None:
+        try:
+            cap = parse_bytes(capacity)
+        except ValueError as exc:
+            raise ValueError(f"rs.estimate: capacity: {exc}") from None
+    base_batch: dict[str, Any] = {}
+    for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
+        if value is not None:
+            if not _accepts(make_batch, name):
+                raise ValueError(f"rs.estimate: {name}= given but make_batch does not accept it")
+            base_batch[name] = value
+
+    def run(batch_kwargs: dict[str, Any] | None = None, model_kwargs: dict[str, Any] | None = None,
+            steps: int = steps, remedies: bool = remedies, trace_path: Any = None) -> Estimate:
+        bk = {**base_batch, **(batch_kwargs or {})}
+        mk = dict(model_kwargs or {})
+        r = _dry_run(make_model, make_optimizer, make_batch, device=device, capacity=cap,
+                     dtype_policy=dtype_policy, steps=steps, loss_fn=loss_fn,
+                     alloc_conf=alloc_conf, batch_kwargs=bk, model_kwargs=mk,
+                     workspace_bytes=workspace_bytes,
+                     trace=str(trace_path) if trace_path is not None else None)
+        est = Estimate(device=device, capacity=cap, peak_allocated=r.peak_allocated,
+                       peak_reserved=r.peak_reserved,
+                       by_category={k: v for k, v in r.report.peak["by_category"].items()},
+                       by_phase=_by_phase(r.report), activation_peak=activation_peak(r.report),
+                       report=r.report, params=r.params, allocator_stats=r.allocator_stats)
+        est._rerun = lambda **kw: run(**{"batch_kwargs": bk, "model_kwargs": mk, **kw})
+        if remedies and est.fits is False:
+            _find_remedies(est, bk, mk, run, make_model, make_batch)
+        return est
+
+    return run(trace_path=trace)
+
+
+def _find_remedies(est: Estimate, bk: dict[str, Any], mk: dict[str, Any],
+                   run: Callable[..., Estimate], make_model: Callable[..., Any],
+                   make_batch: Callable[..., Any]) -> None:
+    cap = est.capacity
+    assert cap is not None
+    make_batch_accepts = _accepts(make_batch, "batch_size")
+    # 1. The largest batch that fits: the peak is affine in the batch size (activations and
+    # temporaries scale, persistent state does not), fitted from two dry runs, then checked.
+    b0 = bk.get("batch_size")
+    if b0 is not None and b0 > 1 and make_batch_accepts:
+        one = run(batch_kwargs={**bk, "batch_size": 1}, remedies=False)
+        if not one.fits:
+            est.largest_batch, est.largest_batch_method = 0, "dry run at batch 1 does not fit"
+        else:
+            slope = (est.predicted_peak - one.predicted_peak) / (b0 - 1)
+            guess = max(1, min(b0 - 1, int((cap - one.predicted_peak) // slope) + 1)) if slope > 0 else 1
+            checked = None
+            for b in range(guess, 0, -1):
+                trial = one if b == 1 else run(batch_kwargs={**bk, "batch_size": b}, remedies=False)
+                if trial.fits:
+                    checked = (b, trial)
+                    break
+                if guess - b >= 3:  # fall back to halving
+                    guess = b = max(1, b // 2)
+            if checked:
+                b, trial = checked
+                est.largest_batch = b
+                est.largest_batch_method = ("affine fit from dry runs at batch 1 and "
+                                            f"{b0}, confirmed by a dry run at {b}")
+                est.remedies.append(Remedy(
+                    f"micro-batch {b}", f"micro-batch {b} with gradient accumulation over "
+                    f"{math.ceil(b0 / b)} steps keeps the global batch",
+                    trial.peak_allocated, trial.fits, "dry run"))
+    # 2. Activation checkpointing, when make_model takes a flag for it.
+    make_model_flag = next((n for n in ("checkpointing", "activation_checkpointing",
+                                        "gradient_checkpointing") if _accepts(make_model, n)), None)
+    if make_model_flag and not mk.get(make_model_flag):
+        ck = run(model_kwargs={**mk, make_model_flag: True}, remedies=False)
+        est.remedies.append(Remedy("activation checkpointing",
+                                   f"make_model({make_model_flag}=True)", ck.peak_allocated,
+                                   ck.fits, "dry run"))
+    # 3. Optimizer state: 8-bit moments, or sharded over N ranks (ZeRO-1). Arithmetic on the
+    # composition at each phase's peak: the new peak is the largest of those with the state
+    # scaled, so a peak that moves to another phase is found.
+    phases = est.report.phases()
+
+    def scaled(factor: float) -> int:
+        return max((int(p["peak_bytes"] - (1 - factor) * p["peak_by_category"].get("optimizer_state", 0))
+                    for p in phases), default=est.peak_allocated)
+
+    state = max((p["peak_by_category"].get("optimizer_state", 0) for p in phases), default=0)
+    if state:
+        ratio = (est.predicted_peak / est.peak_allocated) if est.peak_allocated else 1.0
+        elem = _state_element_bytes(est)
+        f8 = min(1.0, 1.0 / elem * 1.02) if elem else 0.25  # 1 byte per element + block scales
+        for name, desc, factor in (
+                ("8-bit optimizer state", "moments stored in 8 bits (bitsandbytes-style), "
+                 "with ~2 % for block scales", f8),
+                ("sharded optimizer state x2", "optimizer state sharded over 2 ranks (ZeRO-1)", 0.5),
+                ("sharded optimizer state x4", "over 4 ranks", 0.25),
+                ("sharded optimizer state x8", "over 8 ranks", 0.125)):
+            peak = scaled(factor)
+            est.remedies.append(Remedy(name, desc, peak, int(peak * ratio) <= cap, "arithmetic"))
+
+
+def _state_element_bytes(est: Estimate) -> int:
+    """Bytes per optimizer-state element: 2 for a 16-bit model's moments, else 4."""
+    model = est.report.to_dict().get("model", {})
+    n, b = model.get("parameters") or 0, model.get("parameter_bytes") or 0
+    return max(1, round(b / n)) if n else 4
