@@ -37,38 +37,21 @@ std::uint64_t round_up(std::uint64_t v, std::uint64_t m) { return (v + m - 1) / 
 
 unsigned floor_log2(std::uint64_t v) { return 63u - static_cast<unsigned>(std::countl_zero(v)); }
 
-std::uint64_t next_power2_division(std::uint64_t size, std::uint64_t divisions) {
-  if (std::has_single_bit(size)) return size;
-  const std::uint64_t floor = std::bit_floor(size);
-  const std::uint64_t step = floor >> floor_log2(divisions);
-  if (step == 0) return floor << 1;
-  const std::uint64_t low = size & ~(step - 1);
-  return low == size ? size : low + step;
-}
-
 }  // namespace
 
 // --- Rounding rules -----------------------------------------------------------------------
 
-std::uint32_t allocator_roundup_divisions(std::uint64_t bytes, const AllocatorSettings& s) {
-  if (s.roundup_power2_divisions.empty() || bytes == 0) return 0;
-  const int index = std::clamp(static_cast<int>(floor_log2(bytes)) - 20, 0,
-                               static_cast<int>(s.roundup_power2_divisions.size()) - 1);
-  return s.roundup_power2_divisions[static_cast<std::size_t>(index)];
+CudaRoundingRules allocator_rounding_rules(const AllocatorSettings& s) noexcept {
+  CudaRoundingRules r;
+  r.roundup_power2_divisions = s.roundup_power2_divisions;
+  r.max_split_size = s.max_split_size_bytes == 0 ? kNoLimit : s.max_split_size_bytes;
+  r.expandable_segments = s.expandable_segments;
+  return r;
 }
 
-std::uint64_t allocator_round_size(std::uint64_t requested, const AllocatorSettings& s) {
-  if (requested == 0) return 0;
-  if (requested < kAllocMinBlockSize) return kAllocMinBlockSize;
-  const std::uint64_t divisions = allocator_roundup_divisions(requested, s);
-  if (divisions > 1 && requested > kAllocMinBlockSize * divisions) {
-    return next_power2_division(requested, divisions);
-  }
-  return round_up(requested, kAllocMinBlockSize);
-}
-
-std::uint64_t allocator_segment_size(std::uint64_t block_bytes, const AllocatorSettings& s) {
-  if (block_bytes <= kAllocSmallSize) return kAllocSmallBuffer;
+std::uint64_t allocator_segment_size(std::uint64_t block_bytes,
+                                     const AllocatorSettings& s) noexcept {
+  if (block_bytes <= kCudaSmallSize) return kAllocSmallBuffer;
   if (block_bytes < kAllocMinLargeAlloc) return s.large_segment_bytes;
   return round_up(block_bytes, kAllocRoundLarge);
 }
@@ -188,7 +171,7 @@ class SettingsParser {
     *out = v == "True";
     return true;
   }
-  bool divisions_value(const std::string& v, std::uint32_t* out, bool allow_zero) {
+  bool divisions_value(const std::string& v, std::uint64_t* out, bool allow_zero) {
     std::uint64_t d = 0;
     if (!parse_uint(v, &d) || d > (1u << 30) || (d == 0 && !allow_zero) ||
         (d != 0 && !std::has_single_bit(d))) {
@@ -196,12 +179,12 @@ class SettingsParser {
              std::string(allow_zero ? " or 0" : "") + ", got '" + v + "'";
       return false;
     }
-    *out = static_cast<std::uint32_t>(d);
+    *out = d;
     return true;
   }
   bool roundup(const std::string& key) {
     auto& table = s_->roundup_power2_divisions;
-    table.assign(kRoundupPower2Intervals, 0);
+    table.fill(0);
     if (i_ < t_.size() && t_[i_] == "[") {
       ++i_;
       bool first = true;
@@ -221,7 +204,7 @@ class SettingsParser {
         }
         std::string v;
         if (!value(key, &v)) return false;
-        std::uint32_t d = 0;
+        std::uint64_t d = 0;
         if (!divisions_value(v, &d, /*allow_zero=*/true)) return false;
         if (interval == ">") {
           const std::size_t from = first ? 0 : last_index + 1;
@@ -247,9 +230,9 @@ class SettingsParser {
     }
     std::string v;
     if (!value(key, &v)) return false;
-    std::uint32_t d = 0;
+    std::uint64_t d = 0;
     if (!divisions_value(v, &d, /*allow_zero=*/false)) return false;
-    table.assign(kRoundupPower2Intervals, d);
+    table.fill(d);
     return true;
   }
   bool fraction(const std::string& key, double lo, bool lo_open, double hi, bool hi_open,
@@ -348,8 +331,8 @@ std::string format_allocator_settings(const AllocatorSettings& s) {
     items.push_back("large_segment_size_mb:" + std::to_string(s.large_segment_bytes / kMiB));
   }
   const auto& d = s.roundup_power2_divisions;
-  if (std::any_of(d.begin(), d.end(), [](std::uint32_t v) { return v != 0; })) {
-    if (std::all_of(d.begin(), d.end(), [&](std::uint32_t v) { return v == d.front(); })) {
+  if (std::any_of(d.begin(), d.end(), [](std::uint64_t v) { return v != 0; })) {
+    if (std::all_of(d.begin(), d.end(), [&](std::uint64_t v) { return v == d.front(); })) {
       items.push_back("roundup_power2_divisions:" + std::to_string(d.front()));
     } else {
       std::string list = "roundup_power2_divisions:[";
@@ -443,10 +426,8 @@ struct Pool {
 struct AllocatorModel::Impl {
   explicit Impl(AllocatorSettings s)
       : settings(std::move(s)),
-        max_split(settings.max_split_size_bytes == 0 ? kNoLimit : settings.max_split_size_bytes) {
-    if (settings.roundup_power2_divisions.empty()) {
-      settings.roundup_power2_divisions.assign(kRoundupPower2Intervals, 0);
-    }
+        rules(allocator_rounding_rules(settings)),
+        max_split(rules.max_split_size) {
     if (settings.large_segment_bytes == 0) settings.large_segment_bytes = kAllocLargeBuffer;
     if (settings.capacity_bytes != 0 && settings.per_process_memory_fraction > 0) {
       allowed_max = static_cast<std::uint64_t>(settings.per_process_memory_fraction *
@@ -464,6 +445,7 @@ struct AllocatorModel::Impl {
   }
 
   AllocatorSettings settings;
+  CudaRoundingRules rules;
   std::uint64_t max_split;
   std::uint64_t allowed_max = 0;
   bool fraction_set = false;
@@ -484,7 +466,7 @@ struct AllocatorModel::Impl {
   std::uint64_t call_released_bytes = 0;
 
   // --- helpers -----------------------------------------------------------------------------
-  Pool& pool_for(std::uint64_t size) { return size <= kAllocSmallSize ? small : large; }
+  Pool& pool_for(std::uint64_t size) { return cuda_is_small_pool(size) ? small : large; }
 
   void add_reserved(const Block* b, std::uint64_t bytes) {
     st.reserved_bytes += bytes;
@@ -564,9 +546,7 @@ struct AllocatorModel::Impl {
   }
 
   bool should_split(const Block* b, std::uint64_t size) const {
-    const std::uint64_t remaining = b->size - size;
-    if (b->pool->small || settings.expandable_segments) return remaining >= kAllocMinBlockSize;
-    return size < max_split && remaining > kAllocSmallSize;
+    return cuda_should_split(b->size, size, rules);
   }
 
   // alloc_block: a new segment (cudaMalloc) or new pages of an expandable segment.
@@ -921,7 +901,7 @@ struct AllocatorModel::Impl {
     }
     call_segment_bytes = 0;
     call_released_bytes = 0;
-    const std::uint64_t size = allocator_round_size(requested, settings);
+    const std::uint64_t size = cuda_round_size(requested, rules);
     Pool& pool = pool_for(size);
     const std::uint64_t alloc_size = allocator_segment_size(size, settings);
     r.small_pool = pool.small;

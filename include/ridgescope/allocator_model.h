@@ -6,7 +6,7 @@
 // ("what if I set expandable_segments:True on this run?").
 //
 // Modelled exactly (the rules of torch's DeviceCachingAllocator, see docs/fit.md "The
-// allocator model"): round_size (512-byte blocks, roundup_power2_divisions), the small
+// allocator model"): round_size (via cuda_rounding.h) (512-byte blocks, roundup_power2_divisions), the small
 // (<= 1 MiB) and large pools, segment sizes (get_allocation_size: 2 MiB small buffers, a
 // 20 MiB buffer for 1-10 MiB requests, 2 MiB rounding above 10 MiB), best-fit search ordered
 // by (stream, size, address), should_split, max_split_size and max_non_split_rounding,
@@ -29,22 +29,24 @@
 // are thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "ridgescope/cuda_rounding.h"
+
 namespace ridgescope {
 
-// torch's constants (c10/core/AllocatorConfig.h), in bytes.
-inline constexpr std::uint64_t kAllocMinBlockSize = 512;             // every block is a multiple
-inline constexpr std::uint64_t kAllocSmallSize = 1ull << 20;         // largest small request
+// torch's segment constants (c10/core/AllocatorConfig.h), in bytes. The block rules
+// (round_size, pools, should_split, kMinBlockSize, kSmallSize) live in cuda_rounding.h and are
+// the ones this model uses.
 inline constexpr std::uint64_t kAllocSmallBuffer = 2ull << 20;       // small-pool segment
 inline constexpr std::uint64_t kAllocMinLargeAlloc = 10ull << 20;    // below: kLargeBuffer segment
 inline constexpr std::uint64_t kAllocLargeBuffer = 20ull << 20;      // default large segment
 inline constexpr std::uint64_t kAllocRoundLarge = 2ull << 20;        // large segment rounding
-inline constexpr std::size_t kRoundupPower2Intervals = 16;           // 1 MiB .. 64 GiB
 inline constexpr std::uint64_t kModelBaseAddress = 0x7f0000000000ull;  // first synthetic address
 
 // The allocator settings (the native-backend subset of PYTORCH_CUDA_ALLOC_CONF) plus the
@@ -59,11 +61,10 @@ struct AllocatorSettings {
   // Segment size for 1-10 MiB requests and the large-pool page of expandable segments.
   // large_segment_size_mb (torch >= 2.12); default 20 MiB.
   std::uint64_t large_segment_bytes = kAllocLargeBuffer;
-  // Divisions per power-of-two interval: entry i covers sizes in [2^i MiB, 2^(i+1) MiB)
+  // Divisions per power-of-two interval of the request: entry i covers [2^i MiB, 2^(i+1) MiB)
   // (entry 0 also everything below 2 MiB, entry 15 everything from 32 GiB). 0 or 1 = plain
   // 512-byte rounding. roundup_power2_divisions:N or [256:1,512:2,>:4].
-  std::vector<std::uint32_t> roundup_power2_divisions =
-      std::vector<std::uint32_t>(kRoundupPower2Intervals, 0);
+  std::array<std::uint64_t, kCudaRoundupIntervals> roundup_power2_divisions{};
   bool expandable_segments = false;  // expandable_segments:True
   // garbage_collection_threshold in (0, 1); 0 = off. As in torch, it acts only when a memory
   // fraction is set (per_process_memory_fraction below).
@@ -89,15 +90,12 @@ bool parse_allocator_settings(std::string_view text, AllocatorSettings* out, std
 // The settings as a canonical PYTORCH_CUDA_ALLOC_CONF string (only non-default options).
 std::string format_allocator_settings(const AllocatorSettings& settings);
 
-// The block size torch gives a request of `requested_bytes` (round_size). 0 -> 0.
-std::uint64_t allocator_round_size(std::uint64_t requested_bytes, const AllocatorSettings& s);
-// The divisions roundup_power2_divisions assigns to a (rounded or requested) size.
-std::uint32_t allocator_roundup_divisions(std::uint64_t bytes, const AllocatorSettings& s);
+// The block rules of these settings, for cuda_round_size / cuda_should_split
+// (ridgescope/cuda_rounding.h), which the model applies.
+CudaRoundingRules allocator_rounding_rules(const AllocatorSettings& s) noexcept;
 // The segment size cudaMalloc is asked for when no cached block fits a block of
 // `block_bytes` (get_allocation_size).
-std::uint64_t allocator_segment_size(std::uint64_t block_bytes, const AllocatorSettings& s);
-// Whether a block of `block_bytes` goes to the small pool.
-inline bool allocator_is_small(std::uint64_t block_bytes) { return block_bytes <= kAllocSmallSize; }
+std::uint64_t allocator_segment_size(std::uint64_t block_bytes, const AllocatorSettings& s) noexcept;
 
 enum class MallocStatus : std::uint8_t {
   Ok = 0,

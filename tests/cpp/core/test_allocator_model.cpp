@@ -1,5 +1,6 @@
 // Specification of ridgescope::AllocatorModel: the rules of PyTorch's CUDA caching allocator,
 // with the exact bytes torch's DeviceCachingAllocator produces for each scenario.
+#include <array>
 #include <string>
 #include <vector>
 
@@ -41,17 +42,26 @@ std::string parse_error(const std::string& text) {
 
 SCENARIO("round_size: requests become 512-byte blocks; the pool is chosen by the rounded size",
          "[core][allocator_model]") {
-  const AllocatorSettings s;
-  CHECK(allocator_round_size(1, s) == 512);
-  CHECK(allocator_round_size(511, s) == 512);
-  CHECK(allocator_round_size(512, s) == 512);
-  CHECK(allocator_round_size(513, s) == 1024);
-  CHECK(allocator_round_size(1000, s) == 1024);
-  CHECK(allocator_round_size(1 * MiB, s) == 1 * MiB);
-  CHECK(allocator_is_small(allocator_round_size(1 * MiB, s)));
-  CHECK(allocator_round_size(1 * MiB + 1, s) == 1 * MiB + 512);
-  CHECK_FALSE(allocator_is_small(allocator_round_size(1 * MiB + 1, s)));
-  CHECK(allocator_round_size(0, s) == 0);
+  AllocatorModel m;
+  auto block = [&](std::uint64_t requested) {
+    static std::uint64_t id = 1000;
+    const MallocResult r = m.malloc(++id, requested);
+    REQUIRE(r.ok());
+    return r;
+  };
+  CHECK(block(1).block_bytes == 512);
+  CHECK(block(511).block_bytes == 512);
+  CHECK(block(512).block_bytes == 512);
+  CHECK(block(513).block_bytes == 1024);
+  CHECK(block(1000).block_bytes == 1024);
+  const MallocResult one_mib = block(1 * MiB);
+  CHECK(one_mib.block_bytes == 1 * MiB);
+  CHECK(one_mib.small_pool);
+  const MallocResult above = block(1 * MiB + 1);
+  CHECK(above.block_bytes == 1 * MiB + 512);
+  CHECK_FALSE(above.small_pool);
+  CHECK(m.stats().small_allocated_bytes == 512 * 3 + 1024 * 2 + 1 * MiB);
+  CHECK(m.stats().large_allocated_bytes == 1 * MiB + 512);
 }
 
 SCENARIO("get_allocation_size: 2 MiB small buffers, 20 MiB for 1-10 MiB, 2 MiB rounding above",
@@ -71,34 +81,39 @@ SCENARIO("get_allocation_size: 2 MiB small buffers, 20 MiB for 1-10 MiB, 2 MiB r
 SCENARIO("roundup_power2_divisions rounds to the next power-of-two division (torch's examples)",
          "[core][allocator_model]") {
   GIVEN("4 divisions everywhere") {
-    const AllocatorSettings s = conf("roundup_power2_divisions:4");
+    const CudaRoundingRules s = allocator_rounding_rules(conf("roundup_power2_divisions:4"));
+    THEN("the model hands out the rounded block") {
+      AllocatorModel m(conf("roundup_power2_divisions:4"));
+      CHECK(m.malloc(1, 1200 * MiB).block_bytes == 1280 * MiB);
+    }
     THEN("1200 MiB lies between 1024 and 2048 MiB, whose quarters end at 1280 MiB") {
-      CHECK(allocator_round_size(1200 * MiB, s) == 1280 * MiB);
-      CHECK(allocator_round_size(1025 * MiB, s) == 1280 * MiB);
-      CHECK(allocator_round_size(1536 * MiB, s) == 1536 * MiB);  // on a division
-      CHECK(allocator_round_size(1024 * MiB, s) == 1024 * MiB);  // a power of two
-      CHECK(allocator_round_size(1537 * MiB, s) == 1792 * MiB);
+      CHECK(cuda_round_size(1200 * MiB, s) == 1280 * MiB);
+      CHECK(cuda_round_size(1025 * MiB, s) == 1280 * MiB);
+      CHECK(cuda_round_size(1536 * MiB, s) == 1536 * MiB);  // on a division
+      CHECK(cuda_round_size(1024 * MiB, s) == 1024 * MiB);  // a power of two
+      CHECK(cuda_round_size(1537 * MiB, s) == 1792 * MiB);
     }
     THEN("sizes up to 512 * divisions keep the plain 512-byte rounding") {
-      CHECK(allocator_round_size(2000, s) == 2048);
-      CHECK(allocator_round_size(5000, s) == 5120);  // 4096 + 1024
+      CHECK(cuda_round_size(2000, s) == 2048);
+      CHECK(cuda_round_size(5000, s) == 5120);  // 4096 + 1024
     }
   }
   GIVEN("2 divisions") {
-    const AllocatorSettings s = conf("roundup_power2_divisions:2");
-    CHECK(allocator_round_size(5000, s) == 6144);  // halves of [4096, 8192)
-    CHECK(allocator_round_size(600 * MiB, s) == 768 * MiB);
+    const CudaRoundingRules s = allocator_rounding_rules(conf("roundup_power2_divisions:2"));
+    CHECK(cuda_round_size(5000, s) == 6144);  // halves of [4096, 8192)
+    CHECK(cuda_round_size(600 * MiB, s) == 768 * MiB);
   }
   GIVEN("a per-interval list, entries indexed by log2 of the MiB interval start") {
-    const AllocatorSettings s = conf("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]");
-    const std::vector<std::uint32_t> expected{1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 4, 8, 8, 8, 8, 8};
+    const CudaRoundingRules s =
+        allocator_rounding_rules(conf("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]"));
+    const std::array<std::uint64_t, 16> expected{1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 4, 8, 8, 8, 8, 8};
     CHECK(s.roundup_power2_divisions == expected);  // what torch 2.14's parser builds
-    CHECK(allocator_roundup_divisions(300 * MiB, s) == 1);
-    CHECK(allocator_roundup_divisions(600 * MiB, s) == 2);
-    CHECK(allocator_roundup_divisions(1200 * MiB, s) == 4);
-    CHECK(allocator_roundup_divisions(3 * 1024 * MiB, s) == 8);
-    CHECK(allocator_round_size(300 * MiB + 1, s) == 300 * MiB + 512);  // 1 division: plain
-    CHECK(allocator_round_size(1200 * MiB, s) == 1280 * MiB);
+    CHECK(cuda_roundup_divisions(300 * MiB, s) == 1);
+    CHECK(cuda_roundup_divisions(600 * MiB, s) == 2);
+    CHECK(cuda_roundup_divisions(1200 * MiB, s) == 4);
+    CHECK(cuda_roundup_divisions(3 * 1024 * MiB, s) == 8);
+    CHECK(cuda_round_size(300 * MiB + 1, s) == 300 * MiB + 512);  // 1 division: plain
+    CHECK(cuda_round_size(1200 * MiB, s) == 1280 * MiB);
   }
 }
 
@@ -464,7 +479,9 @@ SCENARIO("PYTORCH_CUDA_ALLOC_CONF strings parse into settings, with clear errors
       conf("expandable_segments:True,max_split_size_mb:128,roundup_power2_divisions:4");
   CHECK(s.expandable_segments);
   CHECK(s.max_split_size_bytes == 128 * MiB);
-  CHECK(s.roundup_power2_divisions == std::vector<std::uint32_t>(16, 4));
+  std::array<std::uint64_t, 16> fours;
+  fours.fill(4);
+  CHECK(s.roundup_power2_divisions == fours);
   CHECK(format_allocator_settings(s) ==
         "expandable_segments:True,max_split_size_mb:128,roundup_power2_divisions:4");
   CHECK(conf(" max_split_size_mb : 20 ").max_split_size_bytes == 20 * MiB);
