@@ -23,11 +23,14 @@ class Report:
 
     @classmethod
     def from_trace(cls, path: str | os.PathLike[str], top_blocks: int = 20,
-                   probe_time_ns: int | None = None) -> "Report":
+                   probe_time_ns: int | None = None, timeline_columns: int = 2000) -> "Report":
         """Analyses a trace. ``probe_time_ns`` also records the state (live, reserved, the
-        cache's free space) at that instant, nanoseconds since the session started."""
+        cache's free space) at that instant, nanoseconds since the session started.
+        ``timeline_columns`` bounds the live-bytes-over-time series (``timeline``)."""
+        if timeline_columns < 1:
+            raise ValueError(f"timeline_columns must be at least 1, got {timeline_columns}")
         try:
-            text = _C.analyze(str(path), top_blocks, probe_time_ns)
+            text = _C.analyze(str(path), top_blocks, probe_time_ns, timeline_columns)
         except _C.TraceError as exc:
             raise TraceFormatError(str(exc)) from None
         return cls(json.loads(text))
@@ -42,6 +45,16 @@ class Report:
         text = json.dumps(self._data, indent=indent)
         if path is not None:
             Path(path).write_text(text + "\n")
+        return text
+
+    def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The report as one self-contained HTML page (docs/html-report.md); also written to
+        ``path`` when given. For a finer chart, build the report with
+        ``Report.from_trace(trace, timeline_columns=20000)`` as ``ridgescope report`` does."""
+        from ._html import render_html
+        text = render_html(self._data)
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
         return text
 
     def summary(self) -> str:
@@ -75,9 +88,9 @@ class Report:
                 if name is None or p["phase"] == name]
 
 
-def load(path: str | os.PathLike[str]) -> Report:
+def load(path: str | os.PathLike[str], **analysis_options: Any) -> Report:
     """Reads a ridgescope trace file into a Report. Raises TraceFormatError naming the
-    problem for anything else."""
+    problem for anything else. ``analysis_options`` go to ``Report.from_trace``."""
     p = Path(path)
     try:
         with p.open("rb") as f:
@@ -85,7 +98,7 @@ def load(path: str | os.PathLike[str]) -> Report:
     except OSError as exc:
         raise TraceFormatError(f"cannot read {p}: {exc.strerror}") from None
     if head == TRACE_MAGIC:
-        return Report.from_trace(p)
+        return Report.from_trace(p, **analysis_options)
     if head[:1] == b"\x80":
         raise TraceFormatError(f"{p} is a pickle (a torch memory snapshot?); this version of "
                                "ridgescope reads only its own .rstrace traces")

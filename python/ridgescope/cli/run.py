@@ -10,13 +10,15 @@ from pathlib import Path
 
 HELP = ("Run a Python training script under tracking, unchanged: the root module and the "
         "optimizer are found by themselves. Arguments after the script go to the script; its "
-        "exit code is ridgescope's.")
+        "exit code is ridgescope's. At exit the trace and an HTML report (beside the trace) are "
+        "written and their paths printed.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--out", type=Path, default=None,
                         help="the trace file to write (default: SCRIPT's name with .rstrace, in "
-                             "the working directory)")
+                             "the working directory); the HTML report goes beside it, with "
+                             ".html")
     parser.add_argument("--capacity", default=None, metavar="SIZE",
                         help="simulate a device of SIZE (e.g. 2GiB) on the CPU: past it the script "
                              "gets torch.OutOfMemoryError, and the report explains it")
@@ -60,7 +62,23 @@ def run(args: argparse.Namespace) -> int:
         del saved_path0
 
     try:
-        report = session.report().to_dict()
+        from .._html import HTML_TIMELINE_COLUMNS
+        from .._progress import Progress
+        from .._report import Report
+
+        if session.active:
+            session.stop()
+        html_path = out.with_suffix(".html")
+        with Progress(["analysing the trace", "writing the HTML report"]) as progress:
+            with progress.stage("analysing the trace"):
+                full = Report.from_trace(out, timeline_columns=HTML_TIMELINE_COLUMNS)
+            with progress.stage("writing the HTML report"):
+                try:
+                    full.to_html(html_path)
+                except OSError as exc:
+                    print(f"ridgescope run: cannot write {html_path}: {exc}", file=sys.stderr)
+                    html_path = None
+        report = full.to_dict()
         p = report["peak"]
         parts = sorted(((v, k) for k, v in p["by_category"].items() if v), reverse=True)[:4]
         print(f"\nridgescope: peak {format_bytes(p['bytes'])} in step {p['step']}, {p['phase']}: "
@@ -70,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
                   f"ridgescope explain {out}", file=sys.stderr)
         print(f"ridgescope: trace {os.fspath(out)}; `ridgescope report {os.fspath(out)}` for the "
               "full report", file=sys.stderr)
+        if html_path is not None:
+            print(f"ridgescope: HTML report {os.fspath(html_path)}", file=sys.stderr)
     except RidgescopeError as exc:
         print(f"ridgescope run: the trace could not be read: {exc}", file=sys.stderr)
     return exit_code
