@@ -8,9 +8,9 @@ cd "$(dirname "$0")/.."
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # 1. Debian packages: compilers, CMake, Ninja, Abseil (shared libraries), Catch2 (v2 or v3),
-#    and venv support when the system Python lacks it.
+#    Chromium (the HTML report's browser test), and venv support when the system Python lacks it.
 need=()
-for pkg in g++ cmake ninja-build libabsl-dev catch2; do
+for pkg in g++ cmake ninja-build libabsl-dev catch2 chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 "${PYTHON:-python3}" -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
@@ -37,6 +37,13 @@ fi
 if ! "$py" -c "import pytest, numpy" 2>/dev/null; then
   log "installing pytest and numpy"
   "$py" -m pip install -q --disable-pip-version-check pytest numpy
+fi
+
+# Python's playwright drives the system Chromium (/usr/bin/chromium) in the HTML report test; it
+# never downloads a browser of its own (that would be `playwright install`, which we never run).
+if ! "$py" -c "import playwright.sync_api" 2>/dev/null; then
+  log "installing playwright"
+  "$py" -m pip install -q --disable-pip-version-check playwright
 fi
 
 # 4. Build and install ridgescope (editable) when its native sources changed.
