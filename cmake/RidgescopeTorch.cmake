@@ -30,3 +30,59 @@ foreach(_lib c10 torch_cpu torch)
   target_link_libraries(ridgescope_torch_deps INTERFACE "${_rs_lib_${_lib}}")
 endforeach()
 find_library(RIDGESCOPE_TORCH_PYTHON_LIB NAMES torch_python PATHS "${RIDGESCOPE_TORCH_LIB_DIR}" NO_DEFAULT_PATH REQUIRED)
+
+# The CUDA caching-allocator source (csrc/torch/cuda_allocator_source.cpp) is compiled in when
+# torch has CUDA: libc10_cuda beside torch's libraries and the CUDA runtime headers, from a CUDA
+# toolkit (CUDA_HOME, CUDA_PATH, /usr/local/cuda) or from the nvidia-cuda-runtime wheel torch
+# depends on (site-packages/nvidia/cu13/include for cu130; nvidia/cuda_runtime/include for cu12).
+# No GPU and no CUDA compiler are needed. -DRIDGESCOPE_WITH_CUDA=OFF leaves it out; ON makes its
+# absence an error.
+set(RIDGESCOPE_WITH_CUDA AUTO CACHE STRING "Build the CUDA allocator source: AUTO, ON or OFF")
+set(RIDGESCOPE_HAS_CUDA_SOURCE OFF)
+if(NOT RIDGESCOPE_WITH_CUDA STREQUAL "OFF")
+  find_library(RIDGESCOPE_C10_CUDA_LIB NAMES c10_cuda PATHS "${RIDGESCOPE_TORCH_LIB_DIR}" NO_DEFAULT_PATH)
+  execute_process(
+    COMMAND "${Python_EXECUTABLE}" -c [=[
+import glob, os, torch
+# The runtime headers (cuda_runtime_api.h) and the compiler's crt/ headers that cuda_runtime.h
+# includes: a toolkit has both; a wheel may ship crt/ separately (triton bundles it).
+dirs = []
+if torch.version.cuda:
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            dirs.append(os.path.join(os.environ[var], "include"))
+    dirs.append("/usr/local/cuda/include")
+    try:
+        import nvidia
+        for root in nvidia.__path__:
+            dirs += sorted(glob.glob(os.path.join(root, "*", "include")))
+    except ImportError:
+        pass
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("triton")
+        if spec and spec.origin:
+            dirs.append(os.path.join(os.path.dirname(spec.origin), "backends", "nvidia", "include"))
+    except Exception:
+        pass
+has = lambda d, f: os.path.isfile(os.path.join(d, f))
+both = [d for d in dirs if has(d, "cuda_runtime_api.h") and has(d, "crt/host_config.h")]
+runtime = [d for d in dirs if has(d, "cuda_runtime_api.h")]
+crt = [d for d in dirs if has(d, "crt/host_config.h")]
+print(both[0] if both else (runtime[0] + ";" + crt[0] if runtime and crt else ""))
+]=]
+    OUTPUT_VARIABLE RIDGESCOPE_CUDA_INCLUDE_DIR
+    OUTPUT_STRIP_TRAILING_WHITESPACE
+    ERROR_QUIET)
+  if(RIDGESCOPE_C10_CUDA_LIB AND RIDGESCOPE_CUDA_INCLUDE_DIR)
+    set(RIDGESCOPE_HAS_CUDA_SOURCE ON)
+    target_include_directories(ridgescope_torch_deps SYSTEM INTERFACE "${RIDGESCOPE_CUDA_INCLUDE_DIR}")
+    target_link_libraries(ridgescope_torch_deps INTERFACE "${RIDGESCOPE_C10_CUDA_LIB}")
+    target_compile_definitions(ridgescope_torch_deps INTERFACE RIDGESCOPE_WITH_CUDA=1)
+    message(STATUS "ridgescope: CUDA allocator source ON (${RIDGESCOPE_C10_CUDA_LIB}, headers ${RIDGESCOPE_CUDA_INCLUDE_DIR})")
+  elseif(RIDGESCOPE_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "ridgescope: RIDGESCOPE_WITH_CUDA=ON but torch has no libc10_cuda or no CUDA runtime headers were found")
+  else()
+    message(STATUS "ridgescope: CUDA allocator source OFF (torch without CUDA, or no CUDA runtime headers)")
+  endif()
+endif()

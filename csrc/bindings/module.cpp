@@ -8,6 +8,7 @@
 #include "ridgescope/trace_format.h"
 #include "ridgescope/trace_reader.h"
 #include "cpu_allocator_source.h"
+#include "cuda_allocator_source.h"
 #include "tracking_session.h"
 
 namespace py = pybind11;
@@ -96,6 +97,12 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_cpu_allocator_installed", &ridgescope::sources::cpu_allocator_source_installed,
         "Whether ridgescope's tracking CPU allocator is registered now (for tests).");
+  m.def("_cuda_source_compiled", &ridgescope::sources::cuda_source_compiled,
+        "Whether this build has the CUDA caching-allocator source (torch had CUDA at build time).");
+  m.def("_cuda_allocator_backend", &ridgescope::sources::cuda_allocator_backend,
+        "The CUDA allocator backend ('native', 'cudaMallocAsync'), or '' without CUDA.");
+  m.def("_cuda_source_stats", &ridgescope::sources::cuda_source_stats_json,
+        "The CUDA source's counters as JSON text (for tests and the GPU check).");
   m.def("_cpu_live_bytes", &ridgescope::sources::cpu_live_bytes,
         "The CPU source's own count of live bytes in the running session (for tests).");
 
@@ -141,6 +148,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("error", &TrackingSession::error)
       .def_property_readonly("path", &TrackingSession::path)
       .def("start_driver_view", &TrackingSession::start_driver_view, py::arg("interval_ms") = 100)
+      .def("start_cuda", &TrackingSession::start_cuda, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("cuda_started", &TrackingSession::cuda_started)
       .def("flush", &TrackingSession::flush, py::call_guard<py::gil_scoped_release>())
       .def("intern", &TrackingSession::intern)
       .def("metadata", &TrackingSession::metadata)

@@ -19,6 +19,9 @@ namespace ridgescope {
 namespace {
 
 constexpr std::string_view kAllocatorLiveSample = "allocator_live_bytes";
+// The allocator's reserved bytes (CUDA: torch.cuda.memory_reserved()), checked against the
+// ledger's reserved bytes in the same consistency counters.
+constexpr std::string_view kAllocatorReservedSample = "allocator_reserved_bytes";
 
 enum class PhaseKind : std::uint8_t { Other, Forward, Backward, Recompute, OptimizerStep, ZeroGrad };
 
@@ -570,13 +573,14 @@ class ReplayPass {
       report_.driver_view.total_bytes = e.value;
       return;
     }
-    if (name != kAllocatorLiveSample) return;
+    if (name != kAllocatorLiveSample && name != kAllocatorReservedSample) return;
+    const std::uint64_t ours =
+        name == kAllocatorLiveSample ? ledger_.live_bytes() : ledger_.reserved_bytes();
     auto& c = report_.consistency;
     ++c.samples;
-    if (e.value != ledger_.live_bytes()) {
+    if (e.value != ours) {
       if (c.mismatches == 0) {
-        c.first_difference_bytes =
-            static_cast<std::int64_t>(ledger_.live_bytes()) - static_cast<std::int64_t>(e.value);
+        c.first_difference_bytes = static_cast<std::int64_t>(ours) - static_cast<std::int64_t>(e.value);
         c.first_mismatch_seq = e.seq;
       }
       ++c.mismatches;

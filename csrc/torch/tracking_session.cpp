@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cpu_allocator_source.h"
+#include "cuda_allocator_source.h"
 #include "module_context.h"
 #include "nvml_source.h"
 #include "../core/json_writer.h"
@@ -32,6 +33,7 @@ bool storage_block(const at::Tensor& tensor, Device* device, std::uint64_t* addr
 TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity_bytes)
     : recorder_(path) {
   sample_name_id_ = recorder_.intern("allocator_live_bytes");
+  reserved_sample_id_ = recorder_.intern("allocator_reserved_bytes");
   outside_label_id_ = recorder_.intern("activation saved outside the model (loss or functional code)");
   if (!install_cpu_allocator_source(&recorder_, capacity_bytes)) {
     recorder_.close();
@@ -71,6 +73,7 @@ void TrackingSession::stop() noexcept {
   }
   if (!active_.exchange(false)) return;
   if (!degraded_) sample_allocator_unchecked();
+  if (cuda_started_.exchange(false)) stop_cuda_allocator_source();
   uninstall_cpu_allocator_source();
   recorder_.close();
   check_recorder();
@@ -113,6 +116,17 @@ void TrackingSession::sample_allocator() noexcept {
 
 void TrackingSession::sample_allocator_unchecked() noexcept {
   record_cpu_live_sample(sample_name_id_);
+  if (cuda_started_) record_cuda_samples(sample_name_id_, reserved_sample_id_);
+}
+
+std::string TrackingSession::start_cuda() noexcept {
+  if (!active_) return "the session is stopped";
+  if (cuda_started_) return "";
+  std::string why_not = start_cuda_allocator_source(&recorder_);
+  // Started also when only polling (an unsupported backend): stop() must switch it off.
+  cuda_started_ = true;
+  check_recorder();
+  return why_not;
 }
 
 void TrackingSession::tag_tensor(const at::Tensor& tensor, Category category,
@@ -207,6 +221,7 @@ void TrackingSession::degrade(const std::string& reason) noexcept {
   }
   // Stop recording: the trace stays readable up to here.
   if (active_.exchange(false)) {
+    if (cuda_started_.exchange(false)) stop_cuda_allocator_source();
     uninstall_cpu_allocator_source();
     recorder_.close();
   }

@@ -53,8 +53,13 @@ class TrackingSession {
 
   // Writes everything recorded so far to the trace file and returns when it is there.
   void flush() noexcept { recorder_.flush(); }
-  // Records the allocator's own live-byte count, checked against the ledger by the analysis.
+  // Records the allocator's own live-byte count, checked against the ledger by the analysis
+  // (on CUDA also its reserved bytes: torch.cuda.memory_allocated() / memory_reserved()).
   void sample_allocator() noexcept;
+  // Starts the CUDA caching-allocator source (cuda_allocator_source.h) for this session.
+  // Returns "" when CUDA blocks are tracked, else why not (also written as metadata).
+  std::string start_cuda() noexcept;
+  bool cuda_started() const noexcept { return cuda_started_.load(); }
 
   // Tags the block behind `tensor` (its storage base). Weak tags apply only to blocks that no
   // strong tag explains. Tensors without storage (meta, fake, sparse) are ignored.
@@ -111,6 +116,8 @@ class TrackingSession {
   std::vector<std::uint32_t> watched_labels_;
   std::vector<const void*> watched_grad_blocks_;  // block last tagged per parameter
   std::uint32_t sample_name_id_ = 0;
+  std::uint32_t reserved_sample_id_ = 0;
+  std::atomic<bool> cuda_started_{false};
   std::uint32_t outside_label_id_ = 0;
 };
 

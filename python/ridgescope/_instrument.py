@@ -53,6 +53,8 @@ class Instrumentation:
         self._step = 0
         self._counted_optimizer = optimizer
         self.run_extra: dict[str, Any] = {}  # more of the run's description (the capacity)
+        # Called once when a discovered root module holds CUDA tensors (starts the CUDA source).
+        self.on_cuda_module: Callable[[], None] | None = None
         self._params = self._all_params()
         self._state_shapes: dict[int, tuple[int, int, int]] = {}
         self.failed = False
@@ -216,6 +218,9 @@ class Instrumentation:
         self._param_names = _model_info.parameter_names(module, self._optimizer)
         self._module_labels.clear()
         self._params = self._all_params()
+        if self.on_cuda_module is not None and any(p.is_cuda for p in self._params):
+            start, self.on_cuda_module = self.on_cuda_module, None
+            start()  # before the storages are tagged: the CUDA blocks must be live first
         self.register_existing()
         trainable = [p for p in self._params if p.requires_grad]
         self._native.watch_parameters(

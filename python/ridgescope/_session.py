@@ -36,7 +36,8 @@ class Session:
     def __init__(self, model: torch.nn.Module | None = None,
                  optimizer: torch.optim.Optimizer | None = None,
                  out: str | os.PathLike[str] | None = None, *, activations: bool = True,
-                 capacity: int | str | None = None, driver_view: bool | None = None) -> None:
+                 capacity: int | str | None = None, driver_view: bool | None = None,
+                 cuda: bool | None = None) -> None:
         if model is not None and not isinstance(model, torch.nn.Module):
             raise TypeError(f"ridgescope.track: model must be a torch.nn.Module, got "
                             f"{type(model).__module__}.{type(model).__qualname__}")
@@ -53,6 +54,9 @@ class Session:
         self._activations = activations
         # NVML sampling: on by default where CUDA is, and asked for explicitly elsewhere.
         self._driver_view = torch.cuda.is_available() if driver_view is None else driver_view
+        self._cuda = cuda
+        # The CUDA source: None = not started; "" = CUDA blocks tracked; else why not.
+        self.cuda_status: str | None = None
         self._native: Any = None
         self._instr: Instrumentation | None = None
         self._report: Report | None = None
@@ -79,6 +83,11 @@ class Session:
                                           activations=self._activations)
             if self.capacity:
                 self._instr.run_extra["device_capacity_bytes"] = self.capacity
+            if self._wants_cuda():
+                self._start_cuda()
+            elif self._cuda is None and torch.cuda.is_available():
+                # No CUDA yet: start the CUDA source when the root module turns out to be on a GPU.
+                self._instr.on_cuda_module = self._start_cuda
             self._instr._describe()
             if self._driver_view:
                 self._native.start_driver_view(100)
@@ -88,6 +97,51 @@ class Session:
             self._teardown()
             raise RidgescopeError(f"could not start tracking: {exc}") from exc
         return self
+
+    # ------------------------------------------------------------------------------- CUDA
+    def _wants_cuda(self) -> bool:
+        """Whether CUDA memory is tracked: when asked, or (by default) when CUDA is available and
+        already in use or the model or optimizer holds a CUDA tensor (a CPU-only run never pays
+        for initialising CUDA)."""
+        if self._cuda is False:
+            return False
+        if self._cuda is True:
+            if not torch.cuda.is_available():
+                raise RidgescopeError("cuda=True, but torch sees no CUDA device")
+            return True
+        if not torch.cuda.is_available():
+            return False
+        if torch.cuda.is_initialized():
+            return True
+        tensors: list[torch.Tensor] = []
+        if self.model is not None:
+            tensors += list(self.model.parameters()) + list(self.model.buffers())
+        if self.optimizer is not None:
+            tensors += [p for g in self.optimizer.param_groups for p in g["params"]]
+        return any(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors)
+
+    def _start_cuda(self) -> None:
+        """Starts the CUDA caching-allocator source (docs/gpu.md): every block of every CUDA
+        device from now on, and the blocks that exist now (adopted from the allocator's
+        snapshot). An unsupported backend (cudaMallocAsync) is reported, not fatal."""
+        if self.cuda_status is not None or self._native is None:
+            return
+        torch.cuda.init()
+        self.cuda_status = self._native.start_cuda()
+        if self.cuda_status:
+            print(f"ridgescope: CUDA memory is not tracked block by block: {self.cuda_status}",
+                  file=sys.stderr)
+        if self._instr is not None and not self.capacity:
+            device = torch.cuda.current_device()
+            total = torch.cuda.get_device_properties(device).total_memory
+            fraction = 1.0
+            get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+            if get_fraction is not None:
+                try:
+                    fraction = float(get_fraction(device))
+                except Exception:  # older torch, or no fraction set
+                    fraction = 1.0
+            self._instr.run_extra["device_capacity_bytes"] = int(total * min(fraction, 1.0))
 
     def stop(self) -> None:
         """Stops recording and closes the trace. Safe to call twice."""
@@ -179,7 +233,8 @@ class Session:
 
 def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
           out: str | os.PathLike[str] | None = None, *, activations: bool = True,
-          capacity: int | str | None = None, driver_view: bool | None = None) -> Session:
+          capacity: int | str | None = None, driver_view: bool | None = None,
+          cuda: bool | None = None) -> Session:
     """Tracks memory while the ``with`` block runs::
 
         with rs.track(model=model, optimizer=opt, out="run.rstrace") as session:
@@ -195,11 +250,14 @@ def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer
     a device of that size on the CPU: an allocation past it raises ``torch.OutOfMemoryError``
     as a GPU would, after the trace has recorded the failed request and what was live.
     ``driver_view`` samples device memory with NVML every 100 ms (default: when CUDA is
-    available); where NVML is absent the report says so and nothing else changes. Raises RidgescopeError for a nested session or an unwritable
+    available); where NVML is absent the report says so and nothing else changes. ``cuda``
+    tracks every CUDA caching-allocator block (docs/gpu.md); by default it is on when CUDA is
+    already in use or the model or optimizer holds CUDA tensors, and otherwise starts when the
+    root module turns out to be on a GPU. Raises RidgescopeError for a nested session or an unwritable
     path, TypeError for a model or optimizer of the wrong type.
     """
     return Session(model, optimizer, out, activations=activations, capacity=capacity,
-                   driver_view=driver_view)
+                   driver_view=driver_view, cuda=cuda)
 
 
 @contextlib.contextmanager

@@ -6,7 +6,11 @@
 #include "catch.h"
 #include "ridgescope/cuda_rounding.h"
 #include "ridgescope/cuda_trace.h"
+#include "ridgescope/analysis.h"
 #include "ridgescope/ledger.h"
+#include "ridgescope/recorder.h"
+#include "ridgescope/report.h"
+#include "trace_builder.h"
 
 using namespace ridgescope;
 
@@ -325,6 +329,46 @@ SCENARIO("state adopted from a snapshot starts the ledger right", "[core][cuda][
           CHECK(out[0].bytes == 2 * MiB);
           CHECK(t.allocated_bytes(0) == 20 * MiB);
         }
+      }
+    }
+  }
+}
+
+SCENARIO("the analysis checks a CUDA trace's ledger against the allocator's own figures",
+         "[core][cuda][analysis]") {
+  GIVEN("a translated trace: a 20 MiB segment, a 19.5 MiB request (a 20 MiB block), and the "
+        "allocated and reserved bytes torch reports at that moment (20 MiB each)") {
+    testing::TempPath path;
+    {
+      Recorder recorder(path.str());
+      CudaTraceTranslator t;
+      std::vector<Event> out;
+      const std::uint64_t seg = 0x7f0000000000ull;
+      t.translate(entry(CudaTraceAction::SegmentAlloc, seg, 20 * MiB), &out);
+      t.translate(entry(CudaTraceAction::Alloc, seg, 19 * MiB + 512 * KiB), &out);
+      for (const Event& e : out) recorder.record(e);
+      Event sample;
+      sample.kind = EventKind::Sample;
+      sample.device = Device{DeviceType::CUDA, 0};
+      sample.string_id = recorder.intern("allocator_live_bytes");
+      sample.value = 20 * MiB;  // torch.cuda.memory_allocated()
+      recorder.record(sample);
+      sample.string_id = recorder.intern("allocator_reserved_bytes");
+      sample.value = 20 * MiB;  // torch.cuda.memory_reserved()
+      recorder.record(sample);
+      sample.value = 22 * MiB;  // a reserved reading the ledger does not explain
+      recorder.record(sample);
+      recorder.close();
+    }
+    WHEN("it is analysed") {
+      const Report r = analyze_trace(path.str());
+      THEN("the peak is the block's size, and of three readings only the wrong one mismatches") {
+        CHECK(r.device == Device{DeviceType::CUDA, 0});
+        CHECK(r.peak.bytes == 20 * MiB);
+        CHECK(r.peak.reserved_bytes == 20 * MiB);
+        CHECK(r.consistency.samples == 3);
+        CHECK(r.consistency.mismatches == 1);
+        CHECK(r.consistency.first_difference_bytes == -static_cast<std::int64_t>(2 * MiB));
       }
     }
   }
