@@ -1,4 +1,5 @@
 // report_json.cpp — Report -> JSON (schema: docs/report_schema.md).
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -77,15 +78,34 @@ void write_timeline(JsonWriter& w, const Timeline& t) {
     w.end_array();
   }
   w.end_object();
-  w.key("step_ends").begin_array();
-  for (const auto& [step, time] : t.step_ends) w.begin_object().field("step", step).field("time_ns", time).end_object();
-  w.end_array();
-  w.key("phases").begin_array();
+  // Step ends and phases are columnar too: a long run has thousands of them.
+  auto uint_array = [&](std::string_view key, std::size_t n, auto get) {
+    w.key(key).begin_array();
+    for (std::size_t i = 0; i < n; ++i) w.value(static_cast<std::uint64_t>(get(i)));
+    w.end_array();
+  };
+  w.key("step_ends").begin_object();
+  uint_array("step", t.step_ends.size(), [&](std::size_t i) { return t.step_ends[i].first; });
+  uint_array("time_ns", t.step_ends.size(), [&](std::size_t i) { return t.step_ends[i].second; });
+  w.end_object();
+  // Phase names once each, in order of first appearance; phases refer to them by position.
+  std::vector<std::string_view> names;
+  std::vector<std::uint64_t> name_of;
   for (const TimelinePhase& p : t.phases) {
-    w.begin_object().field("phase", p.phase).field("step", p.step).field("depth", p.depth);
-    w.field("begin_time_ns", p.begin_time_ns).field("end_time_ns", p.end_time_ns).end_object();
+    auto it = std::find(names.begin(), names.end(), std::string_view(p.phase));
+    name_of.push_back(static_cast<std::uint64_t>(it - names.begin()));
+    if (it == names.end()) names.push_back(p.phase);
   }
+  w.key("phases").begin_object();
+  w.key("names").begin_array();
+  for (auto n : names) w.value(n);
   w.end_array();
+  uint_array("name", t.phases.size(), [&](std::size_t i) { return name_of[i]; });
+  uint_array("step", t.phases.size(), [&](std::size_t i) { return t.phases[i].step; });
+  uint_array("depth", t.phases.size(), [&](std::size_t i) { return t.phases[i].depth; });
+  uint_array("begin_time_ns", t.phases.size(), [&](std::size_t i) { return t.phases[i].begin_time_ns; });
+  uint_array("end_time_ns", t.phases.size(), [&](std::size_t i) { return t.phases[i].end_time_ns; });
+  w.end_object();
   w.key("oom_times_ns").begin_array();
   for (auto x : t.oom_times_ns) w.value(x);
   w.end_array();

@@ -260,3 +260,42 @@ SCENARIO("quiet columns are left out of the JSON and read as the last listed col
     }
   }
 }
+
+SCENARIO("phases and step ends are written as columns, phase names once", "[core][timeline][json]") {
+  TempPath path;
+  {
+    TraceBuilder t(path.str());
+    for (std::uint64_t step = 0; step < 3; ++step) {
+      const std::uint64_t base = step * 1000;
+      t.at(base + 10).begin("forward").at(base + 20).alloc(0x10, 64).at(base + 30).end("forward");
+      t.at(base + 40).begin("backward").at(base + 50).free(0x10).at(base + 60).end("backward");
+      t.at(base + 70).step(step);
+    }
+  }
+  const Report r = analyze_trace(path.str());
+  std::string error;
+  const auto json = detail::parse_json(report_to_json(r), &error);
+  REQUIRE(json);
+  const detail::JsonValue* tl = json->get("timeline");
+  REQUIRE(tl != nullptr);
+  auto ints = [](const detail::JsonValue* v) {
+    std::vector<std::int64_t> out;
+    for (const auto& x : v->array) out.push_back(x.integer);
+    return out;
+  };
+  const detail::JsonValue* ends = tl->get("step_ends");
+  REQUIRE(ends != nullptr);
+  CHECK(ints(ends->get("step")) == std::vector<std::int64_t>{0, 1, 2});
+  CHECK(ints(ends->get("time_ns")) == std::vector<std::int64_t>{70, 1070, 2070});
+  const detail::JsonValue* ph = tl->get("phases");
+  REQUIRE(ph != nullptr);
+  REQUIRE(ph->get("names") != nullptr);
+  REQUIRE(ph->get("names")->array.size() == 2);
+  CHECK(ph->get("names")->array[0].string == "forward");
+  CHECK(ph->get("names")->array[1].string == "backward");
+  CHECK(ints(ph->get("name")) == std::vector<std::int64_t>{0, 1, 0, 1, 0, 1});
+  CHECK(ints(ph->get("step")) == std::vector<std::int64_t>{0, 0, 1, 1, 2, 2});
+  CHECK(ints(ph->get("depth")) == std::vector<std::int64_t>{0, 0, 0, 0, 0, 0});
+  CHECK(ints(ph->get("begin_time_ns")) == std::vector<std::int64_t>{10, 40, 1010, 1040, 2010, 2040});
+  CHECK(ints(ph->get("end_time_ns")) == std::vector<std::int64_t>{30, 60, 1030, 1060, 2030, 2060});
+}
