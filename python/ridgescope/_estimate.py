@@ -56,31 +56,14 @@ def _round_block(n: int) -> int:
 
 # --------------------------------------------------------------------------- allocator model
 def _new_allocator_model(alloc_conf: str, capacity: int | None) -> Any:
-    """The CUDA caching-allocator model (csrc/core/allocator_model.cpp) when it is built, else
-    None (then reserved bytes are not predicted)."""
+    """The CUDA caching-allocator model (csrc/core/allocator_model.cpp), or None where this
+    build has none (then reserved bytes are not predicted). A malformed ``alloc_conf`` raises
+    RidgescopeError naming the option."""
     try:
-        from ._allocator_model import AllocatorModel  # type: ignore
-    except Exception:
+        from ._allocator_model import AllocatorModel
+        return AllocatorModel(alloc_conf, capacity)
+    except (ImportError, AttributeError):
         return None
-    for kwargs in ({"settings": alloc_conf, "capacity": capacity or 0},
-                   {"alloc_conf": alloc_conf, "capacity": capacity or 0}):
-        try:
-            return AllocatorModel(**kwargs)
-        except TypeError:
-            continue
-    try:
-        return AllocatorModel(alloc_conf)
-    except Exception:
-        return None
-
-
-def _stat(stats: Any, *names: str) -> int | None:
-    for n in names:
-        if isinstance(stats, dict) and n in stats:
-            return int(stats[n])
-        if hasattr(stats, n):
-            return int(getattr(stats, n))
-    return None
 
 
 # --------------------------------------------------------------------------- the dry native
@@ -90,10 +73,18 @@ class _DryNative:
     every event goes to a ``_C.TraceWriter``. Single-threaded by construction (the dry run runs
     backward on the calling thread), but the module stack is per thread as in the native one."""
 
-    def __init__(self, path: str, cuda: bool, allocator: Any, workspace_bytes: int) -> None:
+    def __init__(self, path: str, cuda: bool, allocator: Any, limited: Any,
+                 workspace_bytes: int) -> None:
         self._w = _C.TraceWriter(path)
         self.cuda = cuda
+        # Two allocator models: one without a limit (what the step needs: its segments go into
+        # the trace) and one with the capacity (whether the step fits: torch releases cached
+        # blocks and retries before it raises, so a step can fit below the unlimited peak).
         self._allocator = allocator
+        self._limited = limited
+        self._segment_cursor = 0
+        if allocator is not None:
+            allocator.record_segment_events(True)
         self._workspace_bytes = workspace_bytes if cuda else 0
         self._time = 0
         self._next_addr = 0x10000
@@ -142,6 +133,7 @@ class _DryNative:
     def close(self) -> None:
         if self.active:
             self.sample_allocator()
+            self.metadata("session", json.dumps(self.stats()))  # as a tracked run ends
             self.active = False
             self._w.close()
             if self._w.failed:
@@ -166,16 +158,24 @@ class _DryNative:
         alloc_id = self._next_id
         self._next_id += 1
         block = nbytes
+        addr = 0
         if self.cuda:
             block = _round_block(nbytes)
             if self._allocator is not None:
+                before = self._allocator.reserved_bytes
                 got = self._allocator.malloc(alloc_id, nbytes, 0)
-                if isinstance(got, int) and got > 0:
-                    block = got
-                elif self.oom is None:  # the model says the device is full
-                    self.oom = {"requested_bytes": nbytes, "live_bytes": self.live}
-        addr = self._next_addr
-        self._next_addr += _round_block(block) + CUDA_BLOCK
+                if got.get("ok"):
+                    block, addr = int(got["block_bytes"]), int(got["address"])
+                if self._allocator.reserved_bytes != before:
+                    self._segments()
+            if self._limited is not None:
+                got = self._limited.malloc(alloc_id, nbytes, 0)
+                if not got.get("ok") and self.oom is None:  # torch would raise here
+                    self.oom = {"requested_bytes": nbytes, "allocated_bytes": self.live,
+                                "status": got.get("status")}
+        if not addr:
+            addr = self._next_addr
+            self._next_addr += _round_block(block) + CUDA_BLOCK
         ref = weakref.ref(st, lambda _r, key=id(st): self._on_free(key))
         self._storages[id(st)] = (addr, block, alloc_id, ref)
         self.live += block
@@ -192,9 +192,25 @@ class _DryNative:
             return
         addr, block, alloc_id, _ = entry
         self.live -= block
-        if self._allocator is not None:
-            self._allocator.free(alloc_id)
         self._event("free", addr=addr, bytes=block)
+        if self._allocator is not None:
+            before = self._allocator.reserved_bytes
+            self._allocator.free(alloc_id)
+            if self._allocator.reserved_bytes != before:
+                self._segments()
+        if self._limited is not None:
+            self._limited.free(alloc_id)
+
+    def _segments(self) -> None:
+        """Writes the allocator model's new segment events (reserved memory) into the trace."""
+        events = self._allocator.segment_events()
+        for e in events[self._segment_cursor:]:
+            action = e["action"]
+            if action in ("segment_alloc", "segment_map"):
+                self._event("segment_alloc", addr=int(e["address"]), bytes=int(e["bytes"]))
+            elif action in ("segment_free", "segment_unmap"):
+                self._event("segment_free", addr=int(e["address"]), bytes=int(e["bytes"]))
+        self._segment_cursor = len(events)
 
     def workspace(self) -> None:
         """The cuBLAS workspace, allocated by torch through the caching allocator on the first
@@ -478,13 +494,15 @@ def _dry_run(make_model: Callable[..., Any], make_optimizer: Callable[..., Any],
         raise RidgescopeError("rs.estimate cannot run inside rs.track (the dry run installs "
                               "the same hooks); call it outside the tracked block")
     cuda = device.startswith("cuda")
-    allocator = _new_allocator_model(alloc_conf, capacity) if cuda else None
+    allocator = _new_allocator_model(alloc_conf, None) if cuda else None
+    limited = (_new_allocator_model(alloc_conf, capacity)
+               if allocator is not None and capacity else None)
     tmp = None
     if trace is None:
         fd, tmp = tempfile.mkstemp(prefix="ridgescope-fit-", suffix=".rstrace")
         os.close(fd)
         trace = tmp
-    native = _DryNative(trace, cuda, allocator,
+    native = _DryNative(trace, cuda, allocator, limited,
                         DEFAULT_CUDA_WORKSPACE if workspace_bytes is None else workspace_bytes)
     low = {"bf16": torch.bfloat16, "fp16": torch.float16, "bf16-autocast": torch.bfloat16,
            "fp16-autocast": torch.float16}.get(dtype_policy or "")
@@ -550,16 +568,16 @@ def _dry_run(make_model: Callable[..., Any], make_optimizer: Callable[..., Any],
         if tmp is not None:
             os.unlink(tmp)
     stats = None
-    reserved = None
-    if allocator is not None:
-        try:
-            raw = allocator.stats()
-            stats = dict(raw) if isinstance(raw, dict) else {
-                k: getattr(raw, k) for k in dir(raw) if not k.startswith("_")}
-            reserved = _stat(raw, "peak_reserved", "peak_reserved_bytes", "max_reserved",
-                             "reserved_peak")
-        except Exception:
-            stats = None
+    reserved: int | None = None
+    if not cuda:
+        reserved = report.peak_bytes  # on the CPU, allocated is reserved
+    elif allocator is not None:
+        stats = dict(allocator.stats())
+        reserved = int(stats["peak_reserved_bytes"])
+        if limited is not None and native.oom is None:
+            # it fits: torch's release-and-retry may have kept reserved lower
+            stats["with_capacity"] = dict(limited.stats())
+            reserved = int(limited.stats()["peak_reserved_bytes"])
     return _Run(report, report.peak_bytes, reserved, stats, native.oom,
                 {**batch_kwargs, **model_kwargs})
 
@@ -607,8 +625,11 @@ class Estimate:
     report: Report
     params: dict[str, Any]
     allocator_stats: dict[str, Any] | None = None
+    allocator_oom: bool | None = None
     largest_batch: int | None = None
     largest_batch_method: str | None = None
+    largest_seq_len: int | None = None
+    largest_seq_len_method: str | None = None
     remedies: list[Remedy] = field(default_factory=list)
     _rerun: Callable[..., "Estimate"] | None = field(default=None, repr=False)
 
@@ -620,7 +641,14 @@ class Estimate:
 
     @property
     def fits(self) -> bool | None:
-        return None if self.capacity is None else self.predicted_peak <= self.capacity
+        """Whether the step fits in the capacity: with the allocator model, whether the
+        modelled allocator served every request (release-and-retry included); else whether
+        the predicted peak is at most the capacity. None without a capacity."""
+        if self.capacity is None:
+            return None
+        if self.allocator_oom is not None:
+            return not self.allocator_oom
+        return self.predicted_peak <= self.capacity
 
     @property
     def margin(self) -> int | None:
@@ -638,6 +666,8 @@ class Estimate:
             "by_category": self.by_category, "by_phase": self.by_phase,
             "peak_step": self.report.peak.get("step"), "peak_phase": self.report.peak.get("phase"),
             "largest_batch": self.largest_batch, "largest_batch_method": self.largest_batch_method,
+            "largest_seq_len": self.largest_seq_len,
+            "largest_seq_len_method": self.largest_seq_len_method,
             "remedies": [r.to_dict() for r in self.remedies],
         }
 
@@ -649,8 +679,9 @@ class Estimate:
         lines.append(f"  peak allocated  {format_bytes(self.peak_allocated):>11}  "
                      f"(step {self.report.peak.get('step')}, {self.report.peak.get('phase')})")
         if self.peak_reserved is not None:
-            lines.append(f"  peak reserved   {format_bytes(self.peak_reserved):>11}  "
-                         "(caching-allocator model)")
+            how = ("on the CPU, reserved is allocated" if self.device == "cpu"
+                   else "caching-allocator model")
+            lines.append(f"  peak reserved   {format_bytes(self.peak_reserved):>11}  ({how})")
         else:
             lines.append("  peak reserved   not predicted (allocator model not available)")
         if self.capacity is not None:
@@ -668,6 +699,9 @@ class Estimate:
         if self.largest_batch is not None:
             lines.append(f"  largest batch that fits: {self.largest_batch} "
                          f"({self.largest_batch_method})")
+        if self.largest_seq_len is not None:
+            lines.append(f"  longest sequence that fits: {self.largest_seq_len} "
+                         f"({self.largest_seq_len_method})")
         if self.remedies:
             lines.append("  remedies (predicted peak allocated):")
             for r in self.remedies:
@@ -834,7 +868,9 @@ def estimate(make_model: Callable[..., torch.nn.Module],
                        peak_reserved=r.peak_reserved,
                        by_category={k: v for k, v in r.report.peak["by_category"].items()},
                        by_phase=_by_phase(r.report), activation_peak=activation_peak(r.report),
-                       report=r.report, params=r.params, allocator_stats=r.allocator_stats)
+                       report=r.report, params=r.params, allocator_stats=r.allocator_stats,
+                       allocator_oom=(r.oom is not None) if (r.allocator_stats is not None
+                                                             and cap) else None)
         est._rerun = lambda **kw: run(**{"batch_kwargs": bk, "model_kwargs": mk, **kw})
         if remedies and est.fits is False:
             _find_remedies(est, bk, mk, run, make_model, make_batch)
@@ -843,69 +879,87 @@ def estimate(make_model: Callable[..., torch.nn.Module],
     return run(trace_path=trace)
 
 
+def _largest(run: Callable[..., Estimate], bk: dict[str, Any], name: str, hi: int,
+             unit: int) -> tuple[int, Estimate | None, int]:
+    """The largest value of ``name`` (a multiple of ``unit``, below ``hi``, which does not fit)
+    whose dry run fits, by bisection; (0, None, runs) when even ``unit`` does not fit."""
+    runs = 0
+    lo_val, lo_est = 0, None
+    lo, top = 1, (hi - 1) // unit  # candidates unit * [1 .. top]
+    while lo <= top:
+        mid = (lo + top) // 2
+        trial = run(batch_kwargs={**bk, name: mid * unit}, remedies=False)
+        runs += 1
+        if trial.fits:
+            lo_val, lo_est, lo = mid * unit, trial, mid + 1
+        else:
+            top = mid - 1
+    return lo_val, lo_est, runs
+
+
 def _find_remedies(est: Estimate, bk: dict[str, Any], mk: dict[str, Any],
                    run: Callable[..., Estimate], make_model: Callable[..., Any],
                    make_batch: Callable[..., Any]) -> None:
     cap = est.capacity
     assert cap is not None
-    make_batch_accepts = _accepts(make_batch, "batch_size")
-    # 1. The largest batch that fits: the peak is affine in the batch size (activations and
-    # temporaries scale, persistent state does not), fitted from two dry runs, then checked.
+    # 1. The largest micro-batch that fits (bisection over dry runs); the global batch is kept
+    # with gradient accumulation.
     b0 = bk.get("batch_size")
-    if b0 is not None and b0 > 1 and make_batch_accepts:
-        one = run(batch_kwargs={**bk, "batch_size": 1}, remedies=False)
-        if not one.fits:
-            est.largest_batch, est.largest_batch_method = 0, "dry run at batch 1 does not fit"
+    if b0 is not None:
+        if b0 == 1:
+            est.largest_batch, est.largest_batch_method = 0, "batch 1 (this run) does not fit"
         else:
-            slope = (est.predicted_peak - one.predicted_peak) / (b0 - 1)
-            guess = max(1, min(b0 - 1, int((cap - one.predicted_peak) // slope) + 1)) if slope > 0 else 1
-            checked = None
-            for b in range(guess, 0, -1):
-                trial = one if b == 1 else run(batch_kwargs={**bk, "batch_size": b}, remedies=False)
-                if trial.fits:
-                    checked = (b, trial)
-                    break
-                if guess - b >= 3:  # fall back to halving
-                    guess = b = max(1, b // 2)
-            if checked:
-                b, trial = checked
-                est.largest_batch = b
-                est.largest_batch_method = ("affine fit from dry runs at batch 1 and "
-                                            f"{b0}, confirmed by a dry run at {b}")
+            b, trial, n = _largest(run, bk, "batch_size", b0, 1)
+            est.largest_batch = b
+            est.largest_batch_method = f"bisection over {n} dry runs"
+            if trial is not None:
                 est.remedies.append(Remedy(
                     f"micro-batch {b}", f"micro-batch {b} with gradient accumulation over "
-                    f"{math.ceil(b0 / b)} steps keeps the global batch",
+                    f"{math.ceil(b0 / b)} micro-steps keeps the global batch",
                     trial.peak_allocated, trial.fits, "dry run"))
-    # 2. Activation checkpointing, when make_model takes a flag for it.
-    make_model_flag = next((n for n in ("checkpointing", "activation_checkpointing",
-                                        "gradient_checkpointing") if _accepts(make_model, n)), None)
-    if make_model_flag and not mk.get(make_model_flag):
-        ck = run(model_kwargs={**mk, make_model_flag: True}, remedies=False)
-        est.remedies.append(Remedy("activation checkpointing",
-                                   f"make_model({make_model_flag}=True)", ck.peak_allocated,
-                                   ck.fits, "dry run"))
-    # 3. Optimizer state: 8-bit moments, or sharded over N ranks (ZeRO-1). Arithmetic on the
-    # composition at each phase's peak: the new peak is the largest of those with the state
-    # scaled, so a peak that moves to another phase is found.
+    # 2. The longest sequence that fits (multiples of 64), when the batch is built from one.
+    s0 = bk.get("seq_len")
+    if s0 is not None and s0 > 64:
+        s, trial, n = _largest(run, bk, "seq_len", s0, 64)
+        est.largest_seq_len = s
+        est.largest_seq_len_method = f"bisection over {n} dry runs (multiples of 64)"
+        if trial is not None:
+            est.remedies.append(Remedy(f"sequence length {s}", f"seq_len={s} at the same batch",
+                                       trial.peak_allocated, trial.fits, "dry run"))
+    # 3. Activation checkpointing, when make_model takes a flag for it.
+    flag = next((n for n in ("checkpointing", "activation_checkpointing",
+                             "gradient_checkpointing") if _accepts(make_model, n)), None)
+    if flag and not mk.get(flag):
+        ck = run(model_kwargs={**mk, flag: True}, remedies=False)
+        est.remedies.append(Remedy("activation checkpointing", f"make_model({flag}=True)",
+                                   ck.peak_allocated, ck.fits, "dry run"))
+    # 4. Arithmetic on the composition at each phase's peak (the new peak is the largest of
+    # them, so a peak that moves to another phase is found). Only the named category changes.
     phases = est.report.phases()
+    ratio = (est.predicted_peak / est.peak_allocated) if est.peak_allocated else 1.0
 
-    def scaled(factor: float) -> int:
-        return max((int(p["peak_bytes"] - (1 - factor) * p["peak_by_category"].get("optimizer_state", 0))
+    def scaled(category: str, factor: float, only: str | None = None) -> int:
+        return max((int(p["peak_bytes"] - (1 - factor) * p["peak_by_category"].get(category, 0)
+                        if only is None or p["phase"] == only else p["peak_bytes"])
                     for p in phases), default=est.peak_allocated)
 
+    def add(name: str, desc: str, peak: int) -> None:
+        est.remedies.append(Remedy(name, desc, peak, int(peak * ratio) <= cap, "arithmetic"))
+
+    step_temp = max((p["peak_by_category"].get("temporary", 0) for p in phases
+                     if p["phase"] == "optimizer_step"), default=0)
+    if step_temp:
+        add("fused optimizer step", "fused=True (no full-size temporaries in the optimizer "
+            "step; the foreach default keeps some)", scaled("temporary", 0.0, "optimizer_step"))
     state = max((p["peak_by_category"].get("optimizer_state", 0) for p in phases), default=0)
     if state:
-        ratio = (est.predicted_peak / est.peak_allocated) if est.peak_allocated else 1.0
         elem = _state_element_bytes(est)
-        f8 = min(1.0, 1.0 / elem * 1.02) if elem else 0.25  # 1 byte per element + block scales
-        for name, desc, factor in (
-                ("8-bit optimizer state", "moments stored in 8 bits (bitsandbytes-style), "
-                 "with ~2 % for block scales", f8),
-                ("sharded optimizer state x2", "optimizer state sharded over 2 ranks (ZeRO-1)", 0.5),
-                ("sharded optimizer state x4", "over 4 ranks", 0.25),
-                ("sharded optimizer state x8", "over 8 ranks", 0.125)):
-            peak = scaled(factor)
-            est.remedies.append(Remedy(name, desc, peak, int(peak * ratio) <= cap, "arithmetic"))
+        f8 = min(1.0, 1.02 / elem)  # 1 byte per element + ~2 % block scales
+        add("8-bit optimizer state", "moments stored in 8 bits (bitsandbytes-style)",
+            scaled("optimizer_state", f8))
+        for n in (2, 4, 8):
+            add(f"sharded optimizer state x{n}", f"optimizer state sharded over {n} ranks "
+                "(ZeRO-1; gradients and parameters unchanged)", scaled("optimizer_state", 1 / n))
 
 
 def _state_element_bytes(est: Estimate) -> int:
