@@ -853,4 +853,14 @@ Report analyze_trace(const std::string& path, const AnalysisOptions& options) {
   return report;
 }
 
+std::vector<BlockAttribution> attribute_blocks(const std::string& path) {
+  TraceReader reader(path);
+  LifetimePass lifetimes;
+  lifetimes.run(reader);
+  std::vector<BlockAttribution> out;
+  out.reserve(lifetimes.resolved().size());
+  for (const Resolved& r : lifetimes.resolved()) out.push_back({r.category, r.inferred, r.label_id});
+  return out;
+}
+
 }  // namespace ridgescope

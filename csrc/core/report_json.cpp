@@ -336,6 +336,23 @@ std::string report_to_json(const Report& r) {
     w.field("buffer_bytes_peak", r.recorder.buffer_bytes_peak);
     w.end_object();
   }
+  if (r.snapshot) {  // a report built from a torch memory snapshot: what was inferred
+    const SnapshotImport& si = *r.snapshot;
+    w.key("snapshot").begin_object();
+    w.field("producer", si.producer).field("protocol", static_cast<std::uint64_t>(si.protocol));
+    w.field("device", si.device).field("trace_entries", si.trace_entries);
+    w.field("live_at_start_blocks", si.live_at_start_blocks);
+    w.key("inferred").begin_object();
+    w.field("categories", si.categories_inferred).field("phases", si.phases_inferred);
+    w.field("block_sizes", si.block_sizes_inferred);
+    w.end_object();
+    w.field("categorised_from_snapshot", si.categorised_from_snapshot);
+    w.field("categorised_from_frames", si.categorised_from_frames);
+    w.key("notes").begin_array();
+    for (const auto& n : si.notes) w.value(n);
+    w.end_array();
+    w.end_object();
+  }
   w.end_object();
   return w.take();
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ridgescope/event.h"
 #include "ridgescope/report.h"
@@ -34,5 +35,17 @@ struct AnalysisOptions {
 // is not an error: the report covers the readable prefix and says so in trace.truncated,
 // trace.problem and a warning.
 Report analyze_trace(const std::string& path, const AnalysisOptions& options = {});
+
+// What the analysis decides for one allocation, with hindsight (analyze_trace's first pass).
+struct BlockAttribution {
+  Category category = Category::Unknown;
+  bool inferred = false;       // from a lifetime rule (docs/categories.md), not a tag
+  std::uint32_t label_id = 0;  // trace string id of the label (0: none)
+};
+
+// The category of every allocation of a trace, in the order of its Alloc events (all devices),
+// exactly as analyze_trace() attributes them. Used by exports that colour each allocation
+// (the snapshot writer). Throws TraceError like analyze_trace().
+std::vector<BlockAttribution> attribute_blocks(const std::string& path);
 
 }  // namespace ridgescope

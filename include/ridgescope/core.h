@@ -10,5 +10,6 @@
 #include "ridgescope/ledger.h"
 #include "ridgescope/recorder.h"
 #include "ridgescope/report.h"
+#include "ridgescope/snapshot.h"
 #include "ridgescope/trace_format.h"
 #include "ridgescope/trace_reader.h"

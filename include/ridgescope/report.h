@@ -212,6 +212,24 @@ struct RecorderSummary {
   std::uint64_t bytes_written = 0, buffer_bytes_peak = 0;
 };
 
+// Where a report built from a torch memory snapshot (ridgescope/snapshot.h) got what it says:
+// PyTorch's snapshots hold addresses, sizes, times and stack frames but no categories or
+// phases, so those are inferred (docs/snapshot.md). Absent for reports of ridgescope traces.
+struct SnapshotImport {
+  std::string producer;            // "ridgescope" (an export of a trace) or "pytorch"
+  int protocol = 0;                // pickle protocol (2..4)
+  std::string device;              // the device replayed ("cuda:0", "cpu")
+  std::uint64_t trace_entries = 0;          // device_traces entries replayed
+  std::uint64_t live_at_start_blocks = 0;   // blocks live before the first entry (segments or
+                                            // frees without an alloc)
+  bool categories_inferred = false;  // from stack frames and lifetimes, not recorded
+  bool phases_inferred = false;      // from stack frames, not recorded
+  bool block_sizes_inferred = false; // block bytes recomputed from requested sizes
+  std::uint64_t categorised_from_snapshot = 0;  // allocations whose entry named a category
+  std::uint64_t categorised_from_frames = 0;    // allocations a frame rule categorised
+  std::vector<std::string> notes;    // plain-language caveats
+};
+
 struct Report {
   int schema_version = kReportSchemaVersion;
   TraceInfo trace;
@@ -242,6 +260,7 @@ struct Report {
   OptimizerSummary optimizer;
   RecorderSummary recorder;
   DriverView driver_view;
+  std::optional<SnapshotImport> snapshot;  // set when built from a torch memory snapshot
 
   // The report as JSON (docs/report_schema.md), and written to a file (throws
   // std::runtime_error naming the path when it cannot be written).

@@ -1,0 +1,792 @@
+// snapshot_reader.cpp — a torch memory snapshot pickle -> ridgescope events -> the normal
+// analysis (see ridgescope/snapshot.h and docs/snapshot.md).
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <unistd.h>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "pickle_reader.h"
+#include "ridgescope/recorder.h"
+#include "ridgescope/snapshot.h"
+
+namespace ridgescope {
+namespace {
+
+using detail::PickleValue;
+
+[[noreturn]] void content_error(const std::string& message) {
+  throw SnapshotError("not a usable torch memory snapshot: " + message, 0);
+}
+
+std::string type_of(const PickleValue& v) { return std::string(detail::pickle_type_name(v.type)); }
+
+enum class Action : std::uint8_t {
+  Alloc, FreeRequested, FreeCompleted, SegmentAlloc, SegmentFree, Oom, Annotate, Other
+};
+
+Action parse_action(std::string_view a) {
+  if (a == "alloc") return Action::Alloc;
+  if (a == "free_requested") return Action::FreeRequested;
+  if (a == "free_completed" || a == "free") return Action::FreeCompleted;  // "free": legacy
+  if (a == "segment_alloc" || a == "segment_map") return Action::SegmentAlloc;
+  if (a == "segment_free" || a == "segment_unmap") return Action::SegmentFree;
+  if (a == "oom") return Action::Oom;
+  if (a == "annotate") return Action::Annotate;
+  return Action::Other;  // "snapshot" and actions of newer torch versions
+}
+
+struct Frame {
+  std::string_view filename, name;
+};
+
+struct Entry {
+  Action action = Action::Other;
+  std::uint64_t addr = 0, size = 0, stream = 0, time_us = 0, device_free = 0;
+  std::optional<std::uint64_t> block_size;  // ridgescope exports: the block's exact bytes
+  std::vector<Frame> frames;
+  std::optional<std::string_view> category;
+  std::string_view phase, label, module;  // from a dict user_metadata
+  std::optional<bool> category_inferred;
+};
+
+// Field readers with messages that name where the problem is.
+const PickleValue* field(const PickleValue& d, std::string_view key) { return d.get(key); }
+
+std::uint64_t uint_field(const PickleValue& d, std::string_view key, const std::string& where) {
+  const PickleValue* v = field(d, key);
+  if (v == nullptr) content_error(where + " has no '" + std::string(key) + "'");
+  std::uint64_t out = 0;
+  if (v->type == PickleValue::Type::Int) {
+    if (!v->to_uint64(&out)) {
+      std::int64_t s = 0;
+      // torch writes -1 for "unset" in a few places; negative addresses or sizes are not usable
+      if (v->to_int64(&s) && s < 0) content_error(where + "['" + std::string(key) + "'] is negative");
+      content_error(where + "['" + std::string(key) + "'] does not fit in 64 bits");
+    }
+    return out;
+  }
+  content_error(where + "['" + std::string(key) + "'] must be an int, got " + type_of(*v));
+}
+
+std::optional<std::uint64_t> opt_uint(const PickleValue& d, std::string_view key, const std::string& where) {
+  const PickleValue* v = field(d, key);
+  if (v == nullptr || v->type == PickleValue::Type::None) return std::nullopt;
+  return uint_field(d, key, where);
+}
+
+std::string_view str_field(const PickleValue& d, std::string_view key, const std::string& where) {
+  const PickleValue* v = field(d, key);
+  if (v == nullptr) content_error(where + " has no '" + std::string(key) + "'");
+  if (!v->is_str()) content_error(where + "['" + std::string(key) + "'] must be a str, got " + type_of(*v));
+  return v->str();
+}
+
+const PickleValue& list_field(const PickleValue& d, std::string_view key, const std::string& where) {
+  const PickleValue* v = field(d, key);
+  if (v == nullptr) content_error(where + " has no '" + std::string(key) + "'");
+  if (!v->is_list_like()) content_error(where + "['" + std::string(key) + "'] must be a list, got " + type_of(*v));
+  return *v;
+}
+
+std::vector<Frame> read_frames(const PickleValue& d, const std::string& where) {
+  std::vector<Frame> out;
+  const PickleValue* v = field(d, "frames");
+  if (v == nullptr || v->type == PickleValue::Type::None) return out;
+  if (!v->is_list_like()) content_error(where + "['frames'] must be a list, got " + type_of(*v));
+  std::size_t i = 0;
+  for (const PickleValue& f : v->list()) {
+    const std::string fw = where + "['frames'][" + std::to_string(i++) + "]";
+    if (!f.is_dict()) content_error(fw + " must be a dict, got " + type_of(f));
+    out.push_back({str_field(f, "filename", fw), str_field(f, "name", fw)});
+  }
+  return out;
+}
+
+Entry read_entry(const PickleValue& t, const std::string& where) {
+  if (!t.is_dict()) content_error(where + " must be a dict, got " + type_of(t));
+  Entry e;
+  e.action = parse_action(str_field(t, "action", where));
+  if (e.action == Action::Other) return e;
+  if (e.action == Action::Oom) {
+    e.device_free = opt_uint(t, "device_free", where).value_or(0);
+  } else {
+    e.addr = uint_field(t, "addr", where);
+  }
+  e.size = uint_field(t, "size", where);
+  e.stream = opt_uint(t, "stream", where).value_or(0);
+  e.time_us = opt_uint(t, "time_us", where).value_or(0);
+  e.block_size = opt_uint(t, "block_size", where);
+  e.frames = read_frames(t, where);
+  if (const PickleValue* c = field(t, "category"); c != nullptr && c->type != PickleValue::Type::None) {
+    if (!c->is_str()) content_error(where + "['category'] must be a str, got " + type_of(*c));
+    e.category = c->str();
+  }
+  if (const PickleValue* m = field(t, "user_metadata"); m != nullptr && m->is_dict()) {
+    auto s = [&](std::string_view k) {
+      const PickleValue* v = m->get(k);
+      return v != nullptr && v->is_str() ? v->str() : std::string_view();
+    };
+    e.phase = s("phase");
+    e.label = s("label");
+    e.module = s("module");
+    if (const PickleValue* inf = m->get("category_inferred"); inf != nullptr && inf->type == PickleValue::Type::Bool) {
+      e.category_inferred = inf->boolean;
+    }
+  }
+  return e;
+}
+
+bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
+
+std::string frame_text(const Frame& f) {
+  std::string_view file = f.filename;
+  if (auto slash = file.rfind('/'); slash != std::string_view::npos) file = file.substr(slash + 1);
+  return std::string(file) + ":" + std::string(f.name);
+}
+
+// Phases from stack frames (innermost first in torch's snapshots); "" when nothing decides.
+std::string_view phase_from_frames(const std::vector<Frame>& frames) {
+  bool zero_grad = false, optimizer = false, backward = false, forward = false;
+  for (const Frame& f : frames) {
+    if (contains(f.name, "zero_grad")) zero_grad = true;
+    if (contains(f.filename, "torch/optim/")) optimizer = true;
+    if ((f.name == "backward" && (contains(f.filename, "torch/_tensor.py") || contains(f.filename, "torch/autograd/"))) ||
+        contains(f.name, "_engine_run_backward") || contains(f.name, "autograd::Engine") ||
+        contains(f.name, "evaluate_function")) {
+      backward = true;
+    }
+    if ((contains(f.filename, "torch/nn/modules/module.py") && (f.name == "_call_impl" || f.name == "_wrapped_call_impl")) ||
+        f.name == "forward") {
+      forward = true;
+    }
+  }
+  if (zero_grad) return "zero_grad";
+  if (optimizer) return "optimizer_step";
+  if (backward) return "backward";
+  if (forward) return "forward";
+  return {};
+}
+
+// A category that a frame names without doubt; the label says which frame.
+std::optional<std::pair<Category, std::string>> category_from_frames(const std::vector<Frame>& frames) {
+  for (const Frame& f : frames) {
+    if (contains(f.filename, "torch/optim/") && contains(f.name, "_init_group")) {
+      return std::make_pair(Category::OptimizerState, "optimizer state (frames: " + frame_text(f) + ")");
+    }
+    if (contains(f.name, "AccumulateGrad") || contains(f.filename, "accumulate_grad")) {
+      return std::make_pair(Category::Gradient, "gradient (frames: " + frame_text(f) + ")");
+    }
+    if (contains(f.name, "reset_parameters") || contains(f.filename, "torch/nn/parameter.py") ||
+        (contains(f.filename, "torch/nn/modules/") && f.name == "__init__") ||
+        (contains(f.filename, "torch/nn/modules/module.py") && f.name == "_apply")) {
+      return std::make_pair(Category::Parameter, "parameter or buffer (frames: " + frame_text(f) + ")");
+    }
+    if (contains(f.filename, "torch/utils/data/")) {
+      return std::make_pair(Category::Input, "input (frames: " + frame_text(f) + ")");
+    }
+  }
+  return std::nullopt;
+}
+
+// Category names torch's own tools write (memory profiler categories, lowercase) and ours.
+std::optional<Category> category_from_name(std::string_view name) {
+  Category c;
+  if (parse_category(name, &c)) return c;
+  if (name == "autograd_detail") return Category::Temporary;
+  return std::nullopt;
+}
+
+// The CUDA caching allocator's block for a request without roundup_power2_divisions: at least
+// 512 bytes, a multiple of 512.
+std::uint64_t cuda_block_bytes(std::uint64_t requested) {
+  if (requested < 512) return 512;
+  return (requested + 511) / 512 * 512;
+}
+
+struct StartBlock {
+  std::uint64_t addr = 0, bytes = 0, requested = 0;
+  std::optional<std::string_view> category;
+  std::vector<Frame> frames;
+  std::string_view label, module;
+  std::optional<bool> category_inferred;
+};
+
+struct PhaseMark {
+  std::uint64_t trace_index = 0;
+  std::string name;
+  bool begin = true;
+  bool step = false;
+  std::uint64_t step_value = 0;
+  std::uint64_t time_us = 0;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw SnapshotError("cannot read '" + path + "': " + std::strerror(errno), 0);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class Converter {
+ public:
+  Converter(const PickleValue& root, int protocol, const SnapshotReadOptions& options, Recorder& rec)
+      : root_(root), options_(options), rec_(rec) {
+    info_.protocol = protocol;
+  }
+
+  SnapshotImport run() {
+    const PickleValue* segments = nullptr;
+    const PickleValue* traces = nullptr;
+    if (root_.is_list_like()) {  // the oldest format: a bare list of segments
+      segments = &root_;
+    } else if (root_.is_dict()) {
+      segments = field(root_, "segments");
+      traces = field(root_, "device_traces");
+      if (segments == nullptr && traces == nullptr) content_error("the top-level dict has neither 'segments' nor 'device_traces'");
+      if (segments != nullptr && !segments->is_list_like()) content_error("'segments' must be a list, got " + type_of(*segments));
+      if (traces != nullptr && !traces->is_list_like()) content_error("'device_traces' must be a list, got " + type_of(*traces));
+    } else {
+      content_error("the pickle holds a " + type_of(root_) + ", not a snapshot dict");
+    }
+    if (traces != nullptr) {
+      std::size_t i = 0;
+      for (const PickleValue& t : traces->list()) {
+        if (!t.is_list_like()) content_error("device_traces[" + std::to_string(i) + "] must be a list, got " + type_of(t));
+        ++i;
+      }
+    }
+    read_producer();
+    choose_device(segments, traces);
+    if (traces != nullptr && device_index_ < traces->list().size()) {
+      const PickleValue& list = traces->list()[device_index_];
+      std::size_t i = 0;
+      for (const PickleValue& t : list.list()) {
+        entries_.push_back(read_entry(t, "device_traces[" + std::to_string(device_index_) + "][" + std::to_string(i++) + "]"));
+      }
+    }
+    info_.trace_entries = entries_.size();
+    if (segments != nullptr) read_end_segments(*segments);
+    read_annotations();
+    prescan();
+    emit();
+    finish_info();
+    return info_;
+  }
+
+ private:
+  void read_producer() {
+    const PickleValue* r = root_.is_dict() ? field(root_, "ridgescope") : nullptr;
+    if (r != nullptr && r->is_dict()) {
+      const PickleValue* p = r->get("producer");
+      if (p != nullptr && p->is_str() && p->str() == "ridgescope") ours_ = true;
+      if (const PickleValue* d = r->get("devices"); d != nullptr && d->is_list_like()) {
+        for (const PickleValue& name : d->list()) {
+          if (name.is_str()) device_names_.emplace_back(name.str());
+        }
+      }
+      if (const PickleValue* m = r->get("metadata"); m != nullptr && m->is_dict()) {
+        for (const auto& [k, v] : m->dict()) {
+          if (k.is_str() && v.is_str()) metadata_.emplace_back(std::string(k.str()), std::string(v.str()));
+        }
+      }
+    }
+    info_.producer = ours_ ? "ridgescope" : "pytorch";
+  }
+
+  void choose_device(const PickleValue* segments, const PickleValue* traces) {
+    if (options_.device_index) {
+      if (*options_.device_index < 0) content_error("device index " + std::to_string(*options_.device_index) + " is negative");
+      device_index_ = static_cast<std::size_t>(*options_.device_index);
+    } else {
+      bool found = false;
+      std::size_t best = 0;
+      if (traces != nullptr) {
+        for (std::size_t i = 0; i < traces->list().size(); ++i) {
+          const std::size_t n = traces->list()[i].list().size();
+          if (n > best) {
+            best = n;
+            device_index_ = i;
+            found = true;
+          }
+        }
+      }
+      if (!found && segments != nullptr) {
+        for (const PickleValue& s : segments->list()) {
+          std::uint64_t d = 0;
+          if (s.is_dict()) {
+            const PickleValue* dv = s.get("device");
+            if (dv != nullptr && dv->to_uint64(&d)) {
+              device_index_ = static_cast<std::size_t>(d);
+              break;
+            }
+          }
+        }
+      }
+    }
+    device_ = Device{DeviceType::CUDA, static_cast<std::int16_t>(device_index_)};
+    if (ours_) {
+      for (const std::string& n : device_names_) {
+        if (n == "cpu" && device_index_ == 0) device_ = Device{};
+      }
+    }
+    cpu_ = device_.type == DeviceType::CPU;
+    info_.device = device_name(device_);
+  }
+
+  // The allocator's state when the snapshot was taken: blocks live at the end.
+  void read_end_segments(const PickleValue& segments) {
+    std::size_t si = 0;
+    for (const PickleValue& s : segments.list()) {
+      const std::string where = "segments[" + std::to_string(si++) + "]";
+      if (!s.is_dict()) content_error(where + " must be a dict, got " + type_of(s));
+      std::uint64_t device = 0;
+      if (const PickleValue* d = s.get("device"); d != nullptr && !d->to_uint64(&device)) {
+        content_error(where + "['device'] must be an int, got " + type_of(*d));
+      }
+      if (device != device_index_) continue;
+      const std::uint64_t address = uint_field(s, "address", where);
+      const std::uint64_t total = uint_field(s, "total_size", where);
+      end_segments_.emplace_back(address, total);
+      std::uint64_t at = address;
+      const PickleValue& blocks = list_field(s, "blocks", where);
+      std::size_t bi = 0;
+      for (const PickleValue& b : blocks.list()) {
+        const std::string bw = where + "['blocks'][" + std::to_string(bi++) + "]";
+        if (!b.is_dict()) content_error(bw + " must be a dict, got " + type_of(b));
+        const std::uint64_t size = uint_field(b, "size", bw);
+        const std::string_view state = str_field(b, "state", bw);
+        const std::uint64_t addr = opt_uint(b, "address", bw).value_or(at);
+        if (state == "active_allocated" || state == "active_pending_free") {
+          StartBlock sb;
+          sb.addr = addr;
+          sb.bytes = size;
+          sb.requested = opt_uint(b, "requested_size", bw).value_or(size);
+          sb.frames = read_frames(b, bw);
+          if (const PickleValue* c = b.get("category"); c != nullptr && c->is_str()) sb.category = c->str();
+          end_blocks_.push_back(std::move(sb));
+        }
+        at = addr + size;
+      }
+    }
+  }
+
+  void read_annotations() {
+    if (!ours_ || !root_.is_dict()) return;
+    const PickleValue* a = field(root_, "external_annotations");
+    if (a == nullptr || !a->is_list_like()) return;
+    std::size_t i = 0;
+    for (const PickleValue& x : a->list()) {
+      const std::string where = "external_annotations[" + std::to_string(i++) + "]";
+      if (!x.is_dict()) content_error(where + " must be a dict, got " + type_of(x));
+      const std::optional<std::uint64_t> device = opt_uint(x, "device", where);
+      if (device && *device != device_index_) continue;
+      PhaseMark m;
+      m.trace_index = uint_field(x, "trace_index", where);
+      m.name = std::string(str_field(x, "name", where));
+      const std::string_view stage = str_field(x, "stage", where);
+      m.begin = stage == "START";
+      m.time_us = opt_uint(x, "time_us", where).value_or(0);
+      if (m.name == "ridgescope.step") {
+        m.step = true;
+        m.step_value = opt_uint(x, "step", where).value_or(0);
+      }
+      marks_.push_back(std::move(m));
+    }
+    std::stable_sort(marks_.begin(), marks_.end(),
+                     [](const PhaseMark& a, const PhaseMark& b) { return a.trace_index < b.trace_index; });
+  }
+
+  // Which blocks and segments were live before the first entry, and the exact size of blocks
+  // still live at the end.
+  void prescan() {
+    absl::flat_hash_map<std::uint64_t, std::size_t> live;  // addr -> alloc entry index (or npos)
+    absl::flat_hash_set<std::uint64_t> live_segments;
+    constexpr std::size_t kStart = static_cast<std::size_t>(-1);
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      const Entry& e = entries_[i];
+      switch (e.action) {
+        case Action::Alloc: live[e.addr] = i; break;
+        case Action::FreeRequested:
+        case Action::FreeCompleted:
+          if (!live.contains(e.addr)) {
+            StartBlock sb;
+            sb.addr = e.addr;
+            sb.requested = e.size;
+            sb.bytes = e.block_size.value_or(block_bytes(e.size));
+            sb.category = e.category;
+            sb.frames = e.frames;
+            sb.label = e.label;
+            sb.module = e.module;
+            sb.category_inferred = e.category_inferred;
+            start_blocks_.push_back(std::move(sb));
+            live[e.addr] = kStart;
+          }
+          if (e.action == Action::FreeCompleted) live.erase(e.addr);
+          break;
+        case Action::SegmentAlloc: live_segments.insert(e.addr); break;
+        case Action::SegmentFree:
+          if (!live_segments.contains(e.addr)) start_segments_.emplace_back(e.addr, e.size);
+          live_segments.erase(e.addr);
+          break;
+        default: break;
+      }
+    }
+    for (const StartBlock& b : end_blocks_) {
+      auto it = live.find(b.addr);
+      if (it == live.end()) {
+        start_blocks_.push_back(b);  // live throughout
+      } else if (it->second != kStart) {
+        exact_bytes_[it->second] = b.bytes;
+      }
+    }
+    for (const auto& [addr, size] : end_segments_) {
+      if (!live_segments.contains(addr)) start_segments_.emplace_back(addr, size);
+    }
+    info_.live_at_start_blocks = start_blocks_.size();
+  }
+
+  std::uint64_t block_bytes(std::uint64_t requested) const {
+    return cpu_ ? requested : cuda_block_bytes(requested);
+  }
+
+  std::uint64_t time_ns(std::uint64_t time_us) {
+    std::uint64_t t = time_us >= base_us_ ? (time_us - base_us_) * 1000 : 0;
+    if (t < last_ns_) t = last_ns_;
+    last_ns_ = t;
+    return t;
+  }
+
+  Event make(EventKind kind, std::uint64_t t_ns) const {
+    Event e;
+    e.kind = kind;
+    e.time_ns = t_ns;
+    e.device = device_;
+    return e;
+  }
+
+  // The category of a new block: from the snapshot, else from frames (torch's snapshots), else
+  // none (the analysis's lifetime rules decide).
+  void tag_block(std::uint64_t addr, std::uint64_t t_ns, std::optional<std::string_view> category,
+                 const std::vector<Frame>& frames, std::string_view label, std::optional<bool> inferred) {
+    ++allocations_;
+    if (category) {
+      const std::optional<Category> c = category_from_name(*category);
+      if (!c) {
+        unknown_category_names_.insert(std::string(*category));
+      } else if (ours_ && inferred.value_or(false)) {
+        // ridgescope inferred it from the lifetime rules; the same phases give the same result
+        ++categorised_from_snapshot_;
+        return;
+      } else {
+        ++categorised_from_snapshot_;
+        Event e = make(EventKind::Tag, t_ns);
+        e.addr = addr;
+        e.category = *c;
+        e.string_id = rec_.intern(label);
+        rec_.record_timed(e);
+        return;
+      }
+    }
+    if (ours_) return;
+    if (auto c = category_from_frames(frames)) {
+      ++categorised_from_frames_;
+      Event e = make(EventKind::Tag, t_ns);
+      e.addr = addr;
+      e.category = c->first;
+      e.string_id = rec_.intern(c->second);
+      rec_.record_timed(e);
+    }
+  }
+
+  void alloc(std::uint64_t addr, std::uint64_t bytes, std::uint64_t requested, std::uint64_t stream,
+             std::uint64_t t_ns, std::string_view module) {
+    Event e = make(EventKind::Alloc, t_ns);
+    e.addr = addr;
+    e.bytes = bytes;
+    e.requested_bytes = requested;
+    e.stream = stream;
+    e.string_id = module.empty() ? 0 : rec_.intern(module);
+    rec_.record_timed(e);
+    live_bytes_[addr] = bytes;
+  }
+
+  void phase(bool begin, std::string_view name, std::uint64_t t_ns) {
+    Event e = make(begin ? EventKind::PhaseBegin : EventKind::PhaseEnd, t_ns);
+    e.device = Device{};
+    e.string_id = rec_.intern(name);
+    rec_.record_timed(e);
+  }
+
+  void step(std::uint64_t n, std::uint64_t t_ns) {
+    Event e = make(EventKind::Step, t_ns);
+    e.device = Device{};
+    e.value = n;
+    rec_.record_timed(e);
+  }
+
+  void emit_marks_through(std::uint64_t index) {
+    while (next_mark_ < marks_.size() && marks_[next_mark_].trace_index <= index) {
+      const PhaseMark& m = marks_[next_mark_++];
+      const std::uint64_t t = time_ns(m.time_us);
+      if (m.step) {
+        step(m.step_value, t);
+      } else {
+        phase(m.begin, m.name, t);
+      }
+      used_marks_ = true;
+    }
+  }
+
+  // torch's snapshots: a phase per run of allocations whose frames name the same phase; a new
+  // step when a forward follows a backward or an optimizer step.
+  void infer_phase(const Entry& e, std::uint64_t t_ns) {
+    const std::string_view p = phase_from_frames(e.frames);
+    if (p.empty() || p == current_phase_) return;
+    if (!current_phase_.empty()) phase(false, current_phase_, t_ns);
+    if (p == "forward" && step_has_backward_or_optimizer_) {
+      step(inferred_step_++, t_ns);
+      step_has_backward_or_optimizer_ = false;
+    }
+    if (p == "backward" || p == "optimizer_step") step_has_backward_or_optimizer_ = true;
+    current_phase_ = std::string(p);
+    phase(true, current_phase_, t_ns);
+    inferred_phases_ = true;
+  }
+
+  void emit() {
+    for (const auto& [k, v] : metadata_) rec_.metadata(k, v);
+    if (!ours_) {
+      for (const Entry& e : entries_) {
+        if (e.action != Action::Other) {
+          base_us_ = e.time_us;
+          break;
+        }
+      }
+    }
+    // The state before the first entry.
+    const std::uint64_t t0 = 0;
+    if (!cpu_) {
+      for (const auto& [addr, size] : start_segments_) {
+        Event e = make(EventKind::SegmentAlloc, t0);
+        e.addr = addr;
+        e.bytes = size;
+        rec_.record_timed(e);
+      }
+    }
+    for (const StartBlock& b : start_blocks_) {
+      alloc(b.addr, b.bytes, b.requested, 0, t0, b.module);
+      tag_block(b.addr, t0, b.category, b.frames, b.label, b.category_inferred);
+    }
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      const Entry& e = entries_[i];
+      emit_marks_through(i);
+      if (e.action == Action::Other) {
+        ++ignored_entries_;
+        continue;
+      }
+      const std::uint64_t t = time_ns(e.time_us);
+      switch (e.action) {
+        case Action::Alloc: {
+          if (!ours_) infer_phase(e, t);
+          auto exact = exact_bytes_.find(i);
+          const std::uint64_t bytes =
+              e.block_size ? *e.block_size : exact != exact_bytes_.end() ? exact->second : block_bytes(e.size);
+          alloc(e.addr, bytes, e.size, e.stream, t, e.module);
+          tag_block(e.addr, t, e.category, e.frames, e.label, e.category_inferred);
+          break;
+        }
+        case Action::FreeRequested: break;  // the block stays allocated until free_completed
+        case Action::FreeCompleted: {
+          if (!live_bytes_.contains(e.addr)) break;
+          Event f = make(EventKind::Free, t);
+          f.addr = e.addr;
+          f.bytes = live_bytes_[e.addr];
+          f.stream = e.stream;
+          rec_.record_timed(f);
+          live_bytes_.erase(e.addr);
+          break;
+        }
+        case Action::SegmentAlloc:
+        case Action::SegmentFree: {
+          if (cpu_) break;  // a CPU export's segments mirror its blocks
+          Event s = make(e.action == Action::SegmentAlloc ? EventKind::SegmentAlloc : EventKind::SegmentFree, t);
+          s.addr = e.addr;
+          s.bytes = e.size;
+          s.stream = e.stream;
+          rec_.record_timed(s);
+          break;
+        }
+        case Action::Oom: {
+          Event o = make(EventKind::Oom, t);
+          o.bytes = e.size;
+          o.value = e.device_free;
+          o.stream = e.stream;
+          rec_.record_timed(o);
+          break;
+        }
+        case Action::Annotate: {
+          if (!e.category || !live_bytes_.contains(e.addr)) break;
+          const std::optional<Category> c = category_from_name(*e.category);
+          if (!c) break;
+          Event g = make(EventKind::Tag, t);
+          g.addr = e.addr;
+          g.category = *c;
+          g.string_id = rec_.intern(e.label);
+          rec_.record_timed(g);
+          break;
+        }
+        case Action::Other: break;
+      }
+    }
+    emit_marks_through(UINT64_MAX);
+    if (!current_phase_.empty()) phase(false, current_phase_, last_ns_);
+  }
+
+  void finish_info() {
+    info_.categorised_from_snapshot = categorised_from_snapshot_;
+    info_.categorised_from_frames = categorised_from_frames_;
+    info_.categories_inferred = categorised_from_snapshot_ < allocations_;
+    info_.phases_inferred = inferred_phases_;
+    info_.block_sizes_inferred = !ours_ && !cpu_;
+    if (ours_) {
+      info_.notes.push_back("A ridgescope export: categories, labels, phases and steps are read back from the "
+                            "snapshot's 'category' keys, user_metadata and external_annotations.");
+    } else {
+      info_.notes.push_back(
+          "A snapshot written by PyTorch: it records no categories or phases. Categories come from stack "
+          "frames where a frame names one (optimizer _init_group, AccumulateGrad, parameter "
+          "initialisation or Module._apply, DataLoader) and otherwise from lifetimes over the phases; "
+          "those are inferred and may be wrong.");
+      if (inferred_phases_) {
+        info_.notes.push_back("Phases are inferred from stack frames (Module forward calls, backward, "
+                              "torch.optim, zero_grad); steps begin where a forward follows a backward "
+                              "or an optimizer step.");
+      } else {
+        info_.notes.push_back("No frame names a phase (the snapshot was recorded without stacks?): "
+                              "the report has no phases, and lifetime categories need phases.");
+      }
+      info_.notes.push_back("Block sizes of allocations freed before the snapshot are recomputed from "
+                            "the requested size with the caching allocator's default rounding (512-byte "
+                            "multiples); blocks live at the end use the segments' exact sizes.");
+    }
+    if (info_.live_at_start_blocks > 0) {
+      info_.notes.push_back(std::to_string(info_.live_at_start_blocks) +
+                            " blocks were live before the first trace entry (from the segments or from "
+                            "frees without an alloc); they are counted from time 0.");
+    }
+    if (ignored_entries_ > 0) {
+      info_.notes.push_back(std::to_string(ignored_entries_) + " trace entries of other kinds (snapshot "
+                            "markers, newer actions) were skipped.");
+    }
+    for (const std::string& n : unknown_category_names_) {
+      info_.notes.push_back("category '" + n + "' is not a ridgescope category; those blocks were treated "
+                            "as uncategorised.");
+    }
+    (void)used_marks_;
+  }
+
+  const PickleValue& root_;
+  const SnapshotReadOptions& options_;
+  Recorder& rec_;
+  SnapshotImport info_;
+  bool ours_ = false;
+  bool cpu_ = false;
+  std::vector<std::string> device_names_;
+  std::vector<std::pair<std::string, std::string>> metadata_;
+  std::size_t device_index_ = 0;
+  Device device_;
+  std::vector<Entry> entries_;
+  std::vector<StartBlock> end_blocks_, start_blocks_;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> end_segments_, start_segments_;
+  absl::flat_hash_map<std::size_t, std::uint64_t> exact_bytes_;
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> live_bytes_;
+  std::vector<PhaseMark> marks_;
+  std::size_t next_mark_ = 0;
+  bool used_marks_ = false;
+  std::uint64_t base_us_ = 0, last_ns_ = 0;
+  std::string current_phase_;
+  bool step_has_backward_or_optimizer_ = false;
+  std::uint64_t inferred_step_ = 0;
+  bool inferred_phases_ = false;
+  std::uint64_t allocations_ = 0, categorised_from_snapshot_ = 0, categorised_from_frames_ = 0;
+  std::uint64_t ignored_entries_ = 0;
+  std::set<std::string> unknown_category_names_;
+};
+
+// A temporary trace file, removed when done.
+class TempTrace {
+ public:
+  TempTrace() {
+    const char* dir = std::getenv("TMPDIR");
+    std::string tmpl = std::string(dir != nullptr && *dir ? dir : "/tmp") + "/ridgescope-snapshot-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    const int fd = ::mkstemp(buf.data());
+    if (fd < 0) throw SnapshotError(std::string("cannot create a temporary file: ") + std::strerror(errno), 0);
+    ::close(fd);
+    path_ = buf.data();
+  }
+  ~TempTrace() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+bool looks_like_pickle(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  const int c = std::fgetc(f);
+  std::fclose(f);
+  return c == 0x80;
+}
+
+SnapshotImport snapshot_to_trace(const std::string& pickle_path, const std::string& trace_path,
+                                 const SnapshotReadOptions& options) {
+  const std::string bytes = read_file(pickle_path);
+  detail::PickleResult parsed;
+  try {
+    parsed = detail::parse_pickle(bytes);
+  } catch (const detail::PickleError& e) {
+    throw SnapshotError("'" + pickle_path + "' is not a readable snapshot pickle: " + e.what(), e.offset());
+  }
+  Recorder rec(trace_path);
+  Converter converter(parsed.root, parsed.protocol, options, rec);
+  SnapshotImport info = converter.run();
+  rec.close();
+  if (rec.failed()) throw SnapshotError("cannot write the replayed trace '" + trace_path + "': " + rec.error(), 0);
+  return info;
+}
+
+Report analyze_snapshot(const std::string& pickle_path, const AnalysisOptions& analysis,
+                        const SnapshotReadOptions& options) {
+  TempTrace temp;
+  SnapshotImport info = snapshot_to_trace(pickle_path, temp.path(), options);
+  Report report = analyze_trace(temp.path(), analysis);
+  report.trace.path = pickle_path;
+  std::FILE* f = std::fopen(pickle_path.c_str(), "rb");
+  if (f != nullptr) {
+    std::fseek(f, 0, SEEK_END);
+    report.trace.file_bytes = static_cast<std::uint64_t>(std::ftell(f));
+    std::fclose(f);
+  }
+  report.snapshot = std::move(info);
+  return report;
+}
+
+}  // namespace ridgescope

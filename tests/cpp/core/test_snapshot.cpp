@@ -1,0 +1,307 @@
+// Specification of the torch memory snapshot export and import (ridgescope/snapshot.h).
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+
+#include "catch.h"
+#include "pickle_reader.h"
+#include "pickle_writer.h"
+#include "ridgescope/analysis.h"
+#include "ridgescope/snapshot.h"
+#include "trace_builder.h"
+
+using namespace ridgescope;
+using ridgescope::detail::PickleValue;
+using ridgescope::testing::TempPath;
+using ridgescope::testing::TraceBuilder;
+
+namespace {
+std::uint64_t cat(const CategoryBytes& bytes, Category c) { return bytes[category_index(c)]; }
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::uint64_t u(const PickleValue& d, const char* key) {
+  const PickleValue* v = d.get(key);
+  REQUIRE(v != nullptr);
+  std::uint64_t out = 0;
+  REQUIRE(v->to_uint64(&out));
+  return out;
+}
+
+std::string s(const PickleValue& d, const char* key) {
+  const PickleValue* v = d.get(key);
+  REQUIRE(v != nullptr);
+  REQUIRE(v->is_str());
+  return std::string(v->str());
+}
+
+// One CPU training step of a two-layer model with Adam: parameters (5120 B), an input, two
+// saved activations, a temporary, gradients, and lazily created optimizer state.
+void write_step(TraceBuilder& t) {
+  t.at(1000);
+  t.alloc(0x1000, 4096).tag(0x1000, Category::Parameter, "fc1.weight");
+  t.alloc(0x3000, 1024).tag(0x3000, Category::Parameter, "fc2.weight");
+  t.alloc(0x10000, 512);
+  t.at(2000).begin("forward").tag(0x10000, Category::Input, "input", true);
+  t.alloc(0x20000, 2048).tag(0x20000, Category::Activation, "activation saved in fc1", true);
+  t.alloc(0x30000, 700).free(0x30000);
+  t.end("forward");
+  t.at(3000).begin("backward");
+  t.alloc(0x60000, 1024).tag(0x60000, Category::Gradient, "grad of fc2.weight");
+  t.alloc(0x70000, 2048);
+  t.alloc(0x80000, 4096).tag(0x80000, Category::Gradient, "grad of fc1.weight");
+  t.free(0x70000).free(0x20000);
+  t.end("backward");
+  t.at(4000).begin("optimizer_step");
+  t.alloc(0x90000, 4096).alloc(0xB0000, 1024);
+  t.alloc(0xE0000, 512).free(0xE0000);
+  t.tag(0x90000, Category::OptimizerState, "exp_avg of fc1.weight");
+  t.tag(0xB0000, Category::OptimizerState, "exp_avg of fc2.weight");
+  t.end("optimizer_step").step(0);
+  t.close();
+}
+}  // namespace
+
+SCENARIO("a CPU trace exported as a torch memory snapshot", "[core][snapshot]") {
+  GIVEN("the trace of one training step") {
+    TempPath trace, pickle(".pickle");
+    {
+      TraceBuilder t(trace.str());
+      write_step(t);
+    }
+    const SnapshotWriteStats stats = write_snapshot(trace.str(), pickle.str());
+    const std::string bytes = slurp(pickle.str());
+    const auto parsed = detail::parse_pickle(bytes);
+    const PickleValue& root = parsed.root;
+    THEN("it is a protocol 4 pickle of the snapshot keys") {
+      CHECK(parsed.protocol == 4);
+      CHECK(stats.bytes == bytes.size());
+      REQUIRE(root.get("segments") != nullptr);
+      REQUIRE(root.get("device_traces") != nullptr);
+      REQUIRE(root.get("allocator_settings") != nullptr);
+      REQUIRE(root.get("device_traces")->list().size() == 1);
+    }
+    THEN("device 0's trace has a segment and an alloc per block, each entry with a category") {
+      const auto& entries = root.get("device_traces")->list()[0].list();
+      // 11 allocations x (segment_alloc + alloc), 4 frees x (free_requested, free_completed,
+      // segment_free), one closing snapshot entry.
+      CHECK(entries.size() == 11 * 2 + 4 * 3 + 1);
+      CHECK(stats.allocations == 11);
+      for (const PickleValue& e : entries) CHECK(e.get("category") != nullptr);
+      CHECK(s(entries[0], "action") == "segment_alloc");
+      CHECK(s(entries[1], "action") == "alloc");
+      CHECK(u(entries[1], "addr") == 0x1000);
+      CHECK(u(entries[1], "size") == 4096);
+      CHECK(s(entries[1], "category") == "parameter");
+      CHECK(s(*entries[1].get("user_metadata"), "label") == "fc1.weight");
+      CHECK(s(*entries[1].get("user_metadata"), "phase") == "idle");
+      // The activation saved in forward: phase forward, category activation.
+      CHECK(u(entries[7], "addr") == 0x20000);
+      CHECK(s(entries[7], "category") == "activation");
+      CHECK(s(*entries[7].get("user_metadata"), "phase") == "forward");
+      // The temporary: alloc then its free, requested before completed.
+      CHECK(s(entries[9], "category") == "temporary");
+      CHECK(s(entries[10], "action") == "free_requested");
+      CHECK(s(entries[11], "action") == "free_completed");
+      CHECK(s(entries[12], "action") == "segment_free");
+      CHECK(s(entries.back(), "action") == "snapshot");
+      CHECK(s(entries.back(), "category") == "unknown");
+      CHECK(u(entries.back(), "size") == 4096 + 1024 + 512 + 1024 + 4096 + 4096 + 1024);
+    }
+    THEN("segments are the 7 blocks live at the end, one block each, active_allocated") {
+      const auto& segments = root.get("segments")->list();
+      REQUIRE(segments.size() == 7);
+      std::uint64_t total = 0;
+      for (const PickleValue& seg : segments) {
+        const auto& blocks = seg.get("blocks")->list();
+        REQUIRE(blocks.size() == 1);
+        CHECK(s(blocks[0], "state") == "active_allocated");
+        CHECK(u(blocks[0], "size") == u(seg, "total_size"));
+        total += u(seg, "total_size");
+      }
+      CHECK(total == 4096 + 1024 + 512 + 1024 + 4096 + 4096 + 1024);
+    }
+    THEN("phases and the step are annotations placed by their index in the trace") {
+      const auto& ann = root.get("external_annotations")->list();
+      REQUIRE(ann.size() == 7);
+      CHECK(s(ann[0], "name") == "forward");
+      CHECK(s(ann[0], "stage") == "START");
+      CHECK(u(ann[0], "trace_index") == 6);  // after the three idle allocations
+      CHECK(s(ann[6], "name") == "ridgescope.step");
+      CHECK(u(ann[6], "step") == 0);
+    }
+    WHEN("the export is read back") {
+      const Report original = analyze_trace(trace.str());
+      const Report back = analyze_snapshot(pickle.str());
+      THEN("peak, composition, steps and per-phase figures are the same") {
+        CHECK(back.peak.bytes == original.peak.bytes);
+        CHECK(back.peak.by_category == original.peak.by_category);
+        CHECK(back.peak.inferred_by_category == original.peak.inferred_by_category);
+        CHECK(back.peak.phase == original.peak.phase);
+        CHECK(back.final_by_category == original.final_by_category);
+        REQUIRE(back.steps.size() == original.steps.size());
+        for (std::size_t i = 0; i < back.steps.size(); ++i) {
+          REQUIRE(back.steps[i].phases.size() == original.steps[i].phases.size());
+          for (std::size_t j = 0; j < back.steps[i].phases.size(); ++j) {
+            const PhaseStats& a = original.steps[i].phases[j];
+            const PhaseStats& b = back.steps[i].phases[j];
+            CHECK(b.phase == a.phase);
+            CHECK(b.start_bytes == a.start_bytes);
+            CHECK(b.peak_bytes == a.peak_bytes);
+            CHECK(b.end_bytes == a.end_bytes);
+            CHECK(b.allocated_bytes == a.allocated_bytes);
+            CHECK(b.freed_bytes == a.freed_bytes);
+            CHECK(b.peak_by_category == a.peak_by_category);
+          }
+        }
+        REQUIRE(back.snapshot.has_value());
+        CHECK(back.snapshot->producer == "ridgescope");
+        CHECK(back.snapshot->device == "cpu");
+        CHECK(back.device == Device{});
+        CHECK_FALSE(back.snapshot->phases_inferred);
+        CHECK(back.trace.path == pickle.str());
+      }
+    }
+  }
+}
+
+SCENARIO("a CUDA trace with segments exports blocks that tile each segment", "[core][snapshot]") {
+  GIVEN("a 2 MiB segment holding two blocks with a gap between them") {
+    TempPath trace, pickle(".pickle");
+    {
+      TraceBuilder t(trace.str(), Device{DeviceType::CUDA, 0});
+      t.segment(0x7f0000000000, 2 << 20);
+      t.alloc(0x7f0000000000, 512).alloc(0x7f0000100000, 1024);
+      t.close();
+    }
+    write_snapshot(trace.str(), pickle.str());
+    const auto parsed = detail::parse_pickle(slurp(pickle.str()));
+    THEN("the segment lists active, inactive, active, inactive blocks summing to its size") {
+      const auto& segments = parsed.root.get("segments")->list();
+      REQUIRE(segments.size() == 1);
+      const auto& blocks = segments[0].get("blocks")->list();
+      REQUIRE(blocks.size() == 4);
+      CHECK(s(blocks[0], "state") == "active_allocated");
+      CHECK(u(blocks[0], "size") == 512);
+      CHECK(s(blocks[1], "state") == "inactive");
+      CHECK(u(blocks[1], "size") == 0x100000 - 512);
+      CHECK(u(blocks[2], "size") == 1024);
+      CHECK(u(blocks[3], "size") == (2 << 20) - 0x100000 - 1024);
+      CHECK(u(segments[0], "allocated_size") == 1536);
+      const auto& entries = parsed.root.get("device_traces")->list()[0].list();
+      CHECK(s(entries[0], "action") == "segment_alloc");
+      CHECK(s(entries[0], "category") == "unknown");
+    }
+  }
+}
+
+namespace {
+// A snapshot in the layout torch's _snapshot() produces, written the way a test would build it.
+void torch_frame(detail::PickleWriter& w, const char* file, const char* name) {
+  w.begin_dict().key("filename").str(file).key("line").integer(10).key("name").str(name).end_dict();
+}
+void torch_entry(detail::PickleWriter& w, const char* action, std::uint64_t addr, std::uint64_t size,
+                 std::uint64_t time_us, std::initializer_list<std::pair<const char*, const char*>> frames) {
+  w.begin_dict();
+  w.key("action").str(action).key("addr").unsigned_integer(addr).key("size").unsigned_integer(size);
+  w.key("stream").integer(0).key("time_us").unsigned_integer(time_us);
+  w.key("frames").begin_list();
+  for (const auto& [f, n] : frames) torch_frame(w, f, n);
+  w.end_list();
+  w.end_dict();
+}
+}  // namespace
+
+SCENARIO("a snapshot written by PyTorch is read with inferred categories and phases", "[core][snapshot]") {
+  GIVEN("a weight made at init (live at the end), a forward activation freed in backward, and Adam state") {
+    TempPath pickle(".pickle");
+    {
+      detail::PickleWriter w;
+      w.begin_dict();
+      w.key("segments").begin_list();
+      w.begin_dict().key("device").integer(0).key("address").integer(0x100000).key("total_size").integer(2 << 20);
+      w.key("stream").integer(0).key("blocks").begin_list();
+      w.begin_dict().key("size").integer(1024).key("requested_size").integer(1000).key("state").str("active_allocated");
+      w.key("frames").begin_list().end_list().end_dict();
+      w.begin_dict().key("size").integer((2 << 20) - 1024).key("requested_size").integer(0).key("state").str("inactive");
+      w.key("frames").begin_list().end_list().end_dict();
+      w.end_list().end_dict();
+      w.end_list();
+      w.key("device_traces").begin_list().begin_list();
+      torch_entry(w, "alloc", 0x100000, 1000, 5000, {{"torch/nn/modules/linear.py", "reset_parameters"}});
+      torch_entry(w, "alloc", 0x200000, 3000, 6000, {{"torch/nn/modules/module.py", "_call_impl"}});
+      torch_entry(w, "alloc", 0x300000, 100, 7000, {{"torch/_tensor.py", "backward"}});
+      torch_entry(w, "free_requested", 0x200000, 3000, 7100, {});
+      torch_entry(w, "free_completed", 0x200000, 3000, 7100, {});
+      torch_entry(w, "alloc", 0x400000, 1000, 8000,
+                  {{"torch/optim/adam.py", "_init_group"}, {"torch/optim/optimizer.py", "wrapper"}});
+      w.end_list().end_list();
+      w.key("allocator_settings").begin_dict().end_dict();
+      w.end_dict();
+      w.finish();
+      std::ofstream(pickle.str(), std::ios::binary) << w.take();
+    }
+    const Report r = analyze_snapshot(pickle.str());
+    THEN("the weight is a parameter with its exact block size, and the Adam state is optimizer state") {
+      REQUIRE(r.snapshot.has_value());
+      CHECK(r.snapshot->producer == "pytorch");
+      CHECK(r.snapshot->categories_inferred);
+      CHECK(r.snapshot->phases_inferred);
+      CHECK(r.snapshot->block_sizes_inferred);
+      CHECK(r.snapshot->categorised_from_frames == 2);
+      CHECK(r.device == Device{DeviceType::CUDA, 0});
+      // 1024 (exact, from the segment) + 512 (100 rounded) + 1024 (1000 rounded)
+      CHECK(r.final_live_bytes == 1024 + 512 + 1024);
+      CHECK(cat(r.final_by_category, Category::Parameter) == 1024);
+      CHECK(cat(r.final_by_category, Category::OptimizerState) == 1024);
+      CHECK(cat(r.final_by_category, Category::Gradient) == 512);  // made in backward, kept
+    }
+    THEN("the activation made in forward and freed in backward is inferred as an activation at the peak") {
+      // Peak: weight 1024 + activation 3072 (3000 rounded) + 512 = 4608, in backward.
+      CHECK(r.peak.bytes == 1024 + 3072 + 512);
+      CHECK(r.peak.phase == "backward");
+      CHECK(cat(r.peak.by_category, Category::Activation) == 3072);
+      CHECK(cat(r.peak.inferred_by_category, Category::Activation) == 3072);
+    }
+  }
+}
+
+SCENARIO("snapshots with wrong content are refused with a message naming the place", "[core][snapshot]") {
+  auto error_of = [](const std::function<void(detail::PickleWriter&)>& body) {
+    TempPath pickle(".pickle");
+    detail::PickleWriter w;
+    body(w);
+    w.finish();
+    std::ofstream(pickle.str(), std::ios::binary) << w.take();
+    try {
+      analyze_snapshot(pickle.str());
+    } catch (const SnapshotError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(error_of([](auto& w) { w.begin_dict().key("x").integer(1).end_dict(); })
+            .find("neither 'segments' nor 'device_traces'") != std::string::npos);
+  CHECK(error_of([](auto& w) { w.integer(3); }).find("holds a int, not a snapshot dict") != std::string::npos);
+  CHECK(error_of([](auto& w) { w.begin_dict().key("segments").str("x").end_dict(); })
+            .find("'segments' must be a list, got str") != std::string::npos);
+  CHECK(error_of([](auto& w) {
+          w.begin_dict().key("device_traces").begin_list().begin_list();
+          w.begin_dict().key("action").str("alloc").key("addr").str("0x10").key("size").integer(4).end_dict();
+          w.end_list().end_list().end_dict();
+        }).find("device_traces[0][0]['addr'] must be an int, got str") != std::string::npos);
+  CHECK(error_of([](auto& w) {
+          w.begin_dict().key("device_traces").begin_list().begin_list();
+          w.begin_dict().key("action").str("alloc").key("addr").integer(16).end_dict();
+          w.end_list().end_list().end_dict();
+        }).find("device_traces[0][0] has no 'size'") != std::string::npos);
+  TempPath missing(".pickle");
+  CHECK_THROWS_AS(analyze_snapshot(missing.str()), SnapshotError);
+}
