@@ -11,6 +11,7 @@
 #include "cpu_allocator_source.h"
 #include "cuda_allocator_source.h"
 #include "tracking_session.h"
+#include "allocator_model_bindings.h"
 
 namespace py = pybind11;
 using ridgescope::Category;
@@ -69,6 +70,7 @@ ridgescope::EventKind to_event_kind(const std::string& name) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "ridgescope native core (see python/ridgescope for the public API)";
+  ridgescope_bindings::bind_allocator_model(m);  // _C.AllocatorModel, simulate_allocator
   py::register_exception<ridgescope::TraceError>(m, "TraceError", PyExc_ValueError);
 
   m.attr("TRACE_FORMAT_VERSION") = ridgescope::trace_format::kVersion;

@@ -207,8 +207,9 @@ class SettingsParser {
         std::uint64_t d = 0;
         if (!divisions_value(v, &d, /*allow_zero=*/true)) return false;
         if (interval == ">") {
-          const std::size_t from = first ? 0 : last_index + 1;
-          for (std::size_t k = from; k < table.size(); ++k) table[k] = d;
+          // torch fills from the entry after the last interval named (entry 1 when none
+          // was: "[>:16]" leaves entry 0 at 0, as torch 2.14 does).
+          for (std::size_t k = last_index + 1; k < table.size(); ++k) table[k] = d;
         } else {
           std::uint64_t mb = 0;
           if (!parse_uint(interval, &mb) || !std::has_single_bit(mb)) {
@@ -222,8 +223,8 @@ class SettingsParser {
           }
           table[index] = d;
           last_index = index;
+          first = false;
         }
-        first = false;
         if (i_ < t_.size() && t_[i_] == ",") ++i_;
       }
       return true;

@@ -488,6 +488,10 @@ SCENARIO("PYTORCH_CUDA_ALLOC_CONF strings parse into settings, with clear errors
   CHECK(conf("backend:native,release_lock_on_cudamalloc:True").max_split_size_bytes == 0);
   CHECK(conf("").source.empty());
   CHECK(conf("garbage_collection_threshold:0.6").garbage_collection_threshold == 0.6);
+  // torch 2.14 fills '>' from the entry after the last named interval (entry 1 if none)
+  CHECK(conf("roundup_power2_divisions:[>:16]").roundup_power2_divisions[0] == 0);
+  CHECK(conf("roundup_power2_divisions:[>:16]").roundup_power2_divisions[1] == 16);
+  CHECK(conf("roundup_power2_divisions:[>:2,64:8]").roundup_power2_divisions[5] == 8);
 
   CHECK_ERROR(parse_error("max_split_size_mb:10"), ">= 20");
   CHECK_ERROR(parse_error("foo:1"), "unknown option 'foo'");

@@ -1,0 +1,238 @@
+"""Specification of the CUDA caching allocator model from Python (issue 7): the binding, the
+replay of a tracked run, the `ridgescope whatif` command, and agreement with torch's own
+parser of PYTORCH_CUDA_ALLOC_CONF (checked in a subprocess against libc10, no GPU needed)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import ridgescope as rs
+from ridgescope import _C
+from ridgescope._allocator_model import (AllocatorModel, actions_from_snapshot, parse_alloc_conf,
+                                         replay_actions, round_size, simulate)
+from ridgescope.cli import main as cli_main
+from conftest import make_mlp, mlp_batch, mlp_loss, train
+
+MiB = 1 << 20
+
+
+def _round512(n: int) -> int:
+    """torch's round_size without roundup_power2_divisions, written out for the test."""
+    if n == 0:
+        return 0
+    return max(512, (n + 511) // 512 * 512)
+
+
+@pytest.fixture(scope="module")
+def cpu_trace(tmp_path_factory):
+    """A tracked CPU run: an MLP trained with AdamW for 2 steps."""
+    path = tmp_path_factory.mktemp("alloc") / "mlp.rstrace"
+    model = make_mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with rs.track(model=model, optimizer=opt, out=path):
+        train(model, opt, lambda i: mlp_batch(16, i), mlp_loss, 2, 1, True)
+    return path
+
+
+def test_model_rounds_splits_and_reuses_like_torch():
+    """Given default settings, when 1 B, 11 MiB and 5 MiB are requested, then the blocks are
+    512 B (2 MiB small segment), 12 MiB (the 1 MiB remainder of a 12 MiB segment is not split)
+    and 5 MiB (20 MiB segment), and a freed block is reused without a new segment."""
+    m = AllocatorModel()
+    a = m.malloc(1, 1)
+    assert (a["block_bytes"], a["segment_bytes"], a["small_pool"]) == (512, 2 * MiB, True)
+    b = m.malloc(2, 11 * MiB)
+    assert (b["block_bytes"], b["segment_bytes"], b["small_pool"]) == (12 * MiB, 12 * MiB, False)
+    c = m.malloc(3, 5 * MiB)
+    assert (c["block_bytes"], c["segment_bytes"]) == (5 * MiB, 20 * MiB)
+    assert m.allocated_bytes == 512 + 12 * MiB + 5 * MiB
+    assert m.reserved_bytes == 34 * MiB
+    assert m.free(3) and not m.free(3)
+    d = m.malloc(4, 6 * MiB)
+    assert d["address"] == c["address"] and not d["segment_created"]
+    segs = m.segments()
+    assert [s["total_size"] for s in segs] == [2 * MiB, 12 * MiB, 20 * MiB]
+    assert {"address", "total_size", "allocated_size", "segment_type", "blocks"} <= set(segs[0])
+    stats = m.stats()
+    assert stats["peak_reserved_bytes"] == 34 * MiB
+    assert stats["segment_count"] == 3
+
+
+def test_capacity_release_and_retry_then_oom():
+    """Given 64 MiB and a cached 40 MiB segment, 50 MiB succeeds after releasing it; 20 MiB
+    more is out of memory."""
+    m = AllocatorModel(capacity="64MiB")
+    m.malloc(1, 40 * MiB)
+    m.free(1)
+    r = m.malloc(2, 50 * MiB)
+    assert r["ok"] and r["released_bytes"] == 40 * MiB
+    o = m.malloc(3, 20 * MiB)
+    assert o["status"] == "out_of_memory" and not o["ok"]
+    assert m.stats()["oom_count"] == 1
+
+
+def test_expandable_segments_and_empty_cache():
+    m = AllocatorModel("expandable_segments:True")
+    m.record_segment_events()
+    m.malloc(1, 5 * MiB)
+    m.malloc(2, 30 * MiB)
+    assert m.reserved_bytes == 40 * MiB and m.segment_count == 1
+    m.free(1)
+    m.free(2)
+    assert m.empty_cache() == 40 * MiB
+    assert m.reserved_bytes == 0
+    assert [e["action"] for e in m.segment_events()] == ["segment_map", "segment_map",
+                                                         "segment_unmap"]
+
+
+def test_bad_settings_raise_ridgescope_error():
+    for bad, part in [("max_split_size_mb:10", ">= 20"), ("foo:1", "unknown option"),
+                      ("expandable_segments:yes", "True or False")]:
+        with pytest.raises(rs.RidgescopeError, match=part):
+            AllocatorModel(bad)
+    with pytest.raises(rs.RidgescopeError, match="capacity"):
+        AllocatorModel(capacity="lots")
+    assert parse_alloc_conf("roundup_power2_divisions:4, expandable_segments:True")["alloc_conf"] \
+        == "expandable_segments:True,roundup_power2_divisions:4"
+    assert round_size(1200 * MiB, "roundup_power2_divisions:4") == 1280 * MiB
+
+
+def test_replay_of_a_cpu_run_allocates_exactly_the_rounded_blocks(cpu_trace):
+    """Given a tracked CPU run, when its alloc/free sequence replays through the model, then
+    the recorded peak is the run's peak of live bytes and the model's allocated bytes are, at
+    every event, the sum of the rounded sizes of the live blocks (checked through the peak and
+    the end state, recomputed here from the events)."""
+    events = _C.read_events(str(cpu_trace))
+    live: dict[int, int] = {}
+    rounded_live = recorded_live = rounded_peak = recorded_peak = 0
+    n_alloc = 0
+    for e in events:
+        if e.get("device") != "cpu":
+            continue
+        if e["kind"] == "alloc":
+            n_alloc += 1
+            live[e["addr"]] = e["bytes"]
+            rounded_live += _round512(e["bytes"])
+            recorded_live += e["bytes"]
+        elif e["kind"] == "free" and e["addr"] in live:
+            n = live.pop(e["addr"])
+            rounded_live -= _round512(n)
+            recorded_live -= n
+        rounded_peak = max(rounded_peak, rounded_live)
+        recorded_peak = max(recorded_peak, recorded_live)
+    assert n_alloc > 100
+
+    r = simulate(cpu_trace, device="cpu", timeline_points=0)
+    assert r["allocs"] == n_alloc
+    assert r["recorded_peak_bytes"] == recorded_peak
+    assert r["recorded_peak_bytes"] == rs.load(cpu_trace).to_dict()["peak"]["bytes"]
+    assert r["peak_allocated_bytes"] == rounded_peak
+    assert r["final"]["allocated_bytes"] == rounded_live
+    assert max(p["allocated_bytes"] for p in r["timeline"]) == rounded_peak
+    assert len(r["timeline"]) == r["actions"]
+    assert r["peak_reserved_bytes"] >= r["peak_allocated_bytes"]
+
+
+def test_replay_timeline_is_bounded_and_keeps_the_peak(cpu_trace):
+    full = simulate(cpu_trace, device="cpu", timeline_points=0)
+    small = simulate(cpu_trace, device="cpu", timeline_points=16)
+    assert len(small["timeline"]) <= 16
+    assert max(p["reserved_bytes"] for p in small["timeline"]) == full["peak_reserved_bytes"]
+    assert max(p["allocated_bytes"] for p in small["timeline"]) == full["peak_allocated_bytes"]
+
+
+def test_simulate_refuses_bad_input(tmp_path):
+    with pytest.raises(rs.TraceFormatError):
+        simulate(tmp_path / "missing.rstrace")
+    junk = tmp_path / "junk.rstrace"
+    junk.write_bytes(b"not a trace at all")
+    with pytest.raises(rs.TraceFormatError):
+        simulate(junk)
+    with pytest.raises(rs.RidgescopeError):
+        simulate(junk, device="gpu")
+
+
+def test_snapshot_actions_replay_and_empty_cache_detection():
+    """A snapshot's device trace: an empty_cache between two requests becomes an empty_cache
+    action; a release inside a retried request (followed by segment_alloc) does not."""
+    trace = [
+        {"action": "segment_alloc", "addr": 100, "size": 20 * MiB},
+        {"action": "alloc", "addr": 100, "size": 4 * MiB, "stream": 0},
+        {"action": "free_requested", "addr": 100, "size": 4 * MiB},
+        {"action": "free_completed", "addr": 100, "size": 4 * MiB},
+        {"action": "segment_free", "addr": 100, "size": 20 * MiB},   # empty_cache
+        {"action": "segment_alloc", "addr": 200, "size": 2 * MiB},
+        {"action": "alloc", "addr": 200, "size": 1000, "stream": 0},
+    ]
+    actions = actions_from_snapshot({"device_traces": [trace]})
+    assert [a[0] for a in actions] == ["alloc", "free", "alloc"]  # followed by segment_alloc
+    trace2 = trace[:5] + [{"action": "alloc", "addr": 300, "size": 1000, "stream": 0}]
+    actions2 = actions_from_snapshot({"device_traces": [trace2]})
+    assert [a[0] for a in actions2] == ["alloc", "free", "empty_cache", "alloc"]
+    r = replay_actions(actions2)
+    assert [e["action"] for e in r["segment_events"]] == ["segment_alloc", "segment_free",
+                                                          "segment_alloc"]
+    assert [e["reserved_after"] for e in r["segment_events"]] == [20 * MiB, 0, 2 * MiB]
+    with pytest.raises(rs.TraceFormatError):
+        actions_from_snapshot({"segments": []})
+
+
+def test_whatif_cli_compares_settings(cpu_trace, capsys):
+    rc = cli_main(["whatif", str(cpu_trace), "--device", "cpu",
+                   "--alloc-conf", "expandable_segments:True", "--format", "json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    base = simulate(cpu_trace, device="cpu")
+    exp = simulate(cpu_trace, "expandable_segments:True", device="cpu")
+    assert out["baseline"]["peak_reserved_bytes"] == base["peak_reserved_bytes"]
+    assert out["whatif"][0]["peak_reserved_bytes"] == exp["peak_reserved_bytes"]
+    assert out["whatif"][0]["peak_allocated_bytes"] == base["peak_allocated_bytes"]
+    rc = cli_main(["whatif", str(cpu_trace), "--device", "cpu", "--alloc-conf",
+                   "expandable_segments:True", "--capacity", "1GiB"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "peak reserved" in text and "expandable_segments:True" in text
+    assert "failed requests" in text
+    assert cli_main(["whatif", str(cpu_trace), "--alloc-conf", "bogus:1"]) == 1
+    assert "unknown option 'bogus'" in capsys.readouterr().err
+
+
+_TORCH_ORACLE = textwrap.dedent("""
+    import ctypes, json, sys, pathlib, torch
+    lib = ctypes.CDLL(str(pathlib.Path(torch.__file__).parent / "lib" / "libc10.so"))
+    f = lib._ZN3c1016CachingAllocator26AcceleratorAllocatorConfig24roundup_power2_divisionsEm
+    f.restype, f.argtypes = ctypes.c_size_t, [ctypes.c_size_t]
+    out = {}
+    for conf in json.loads(sys.argv[1]):
+        try:
+            torch._C._accelerator_setAllocatorSettings(conf)
+            out[conf] = [f(1 << (20 + i)) for i in range(16)]
+        except Exception as exc:
+            out[conf] = "error: " + str(exc).splitlines()[0]
+    print(json.dumps(out))
+""")
+
+
+def test_settings_parse_like_torch_2_14():
+    """The roundup_power2_divisions table our parser builds equals the one torch's own parser
+    (libc10's AcceleratorAllocatorConfig) builds, and both refuse the same malformed strings."""
+    good = ["roundup_power2_divisions:4", "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
+            "roundup_power2_divisions:[64:8,>:2]", "roundup_power2_divisions:[1:2,16:4,>:1]",
+            "roundup_power2_divisions:[>:16]", "roundup_power2_divisions:[>:2,64:8]", "max_split_size_mb:200,roundup_power2_divisions:2"]
+    bad = ["max_split_size_mb:10", "foo:1", "expandable_segments:yes", "roundup_power2_divisions:3",
+           "garbage_collection_threshold:1.5", "large_segment_size_mb:8"]
+    proc = subprocess.run([sys.executable, "-c", _TORCH_ORACLE, json.dumps(good + bad)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    torch_says = json.loads(proc.stdout.strip().splitlines()[-1])
+    for conf in good:
+        assert parse_alloc_conf(conf)["roundup_power2_divisions"] == torch_says[conf], conf
+    for conf in bad:
+        assert str(torch_says[conf]).startswith("error:"), conf
+        with pytest.raises(rs.RidgescopeError):
+            parse_alloc_conf(conf)
