@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 # Columns of the timeline the HTML report asks the analysis for: enough to zoom into one step
-# of a long run, and bounded (about 1.5 MB of JSON when every column changes).
-HTML_TIMELINE_COLUMNS = 20000
+# of a long run, and bounded (about 1.3 MB of JSON when every column changes).
+HTML_TIMELINE_COLUMNS = 10000
+# Steps listed in the page's tables (each costs about 4 kB of JSON); the chart draws them all.
+HTML_MAX_STEPS = 300
 
 _PLACEHOLDER = re.compile(r"\{\{([A-Z]+)\}\}")
 
@@ -36,6 +38,32 @@ def embed_json(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def page_data(data: dict[str, Any], max_steps: int = HTML_MAX_STEPS) -> dict[str, Any]:
+    """The data a page embeds: the report JSON, with ``steps`` cut to ``max_steps`` for long
+    runs (so the page stays small: its size is bounded by the timeline's columns and this
+    cap, not by the trace). Kept: the first and last steps, the steps with the highest peaks and
+    those around the run's peak, in step order; ``html_steps`` says how many there were."""
+    steps = data.get("steps", [])
+    if len(steps) <= max_steps:
+        return data
+    keep: set[int] = set()
+    peak_step = data.get("peak", {}).get("step")
+    at_peak = [i for i, s in enumerate(steps) if s["step"] == peak_step]
+    for i in at_peak:
+        keep.update(range(max(0, i - 5), min(len(steps), i + 6)))
+    edge = max_steps // 6
+    keep.update(range(min(edge, len(steps))))
+    keep.update(range(max(0, len(steps) - edge), len(steps)))
+    for i in sorted(range(len(steps)), key=lambda i: (-steps[i]["peak_bytes"], i)):
+        if len(keep) >= max_steps:
+            break
+        keep.add(i)
+    out = dict(data)
+    out["steps"] = [steps[i] for i in sorted(keep)]
+    out["html_steps"] = {"total": len(steps), "listed": len(out["steps"])}
+    return out
+
+
 def render_html(data: dict[str, Any]) -> str:
     """The HTML page of a report (``Report.to_dict()``), as text."""
     script = _asset("report.js")
@@ -47,7 +75,7 @@ def render_html(data: dict[str, Any]) -> str:
         "TITLE": html.escape(f"ridgescope report: {os.path.basename(trace) or 'run'}"),
         "STYLE": style,
         "SCRIPT": script,
-        "DATA": embed_json(data),
+        "DATA": embed_json(page_data(data)),
     }
     # One pass over the template: text substituted in is never scanned again.
     return _PLACEHOLDER.sub(lambda m: parts[m.group(1)], _asset("report.html"))

@@ -282,6 +282,11 @@
       }
     }
     if (rows < total) note(tb, 7, 'Showing the first ' + rows + ' of ' + total + ' rows; the JSON report has them all.');
+    var shown = R.html_steps;
+    if (shown && shown.total > R.steps.length)
+      note(tb, 7, 'This page lists ' + R.steps.length + ' of the run\u2019s ' + shown.total + ' steps: the first, ' +
+           'the last, those with the highest peaks and those around the run\u2019s peak. The chart shows every ' +
+           'step; `ridgescope report --format json` lists them all.');
   }
 
   function blocksTable() {
@@ -351,6 +356,18 @@
   // Expands the sparse columns of the JSON (docs/report_schema.md, timeline): a column not
   // listed equals the last listed one before it.
   var COLS = null;
+  var PHASES = [], STEP_ENDS = [];
+  // Phases and step ends are columnar in the JSON; rows are easier to draw from.
+  function loadSpans() {
+    var P = T.phases, E = T.step_ends, i;
+    if (P && P.names) {
+      for (i = 0; i < P.name.length; i++) {
+        PHASES.push({ phase: P.names[P.name[i]], step: P.step[i], depth: P.depth[i],
+                      begin_time_ns: P.begin_time_ns[i], end_time_ns: P.end_time_ns[i] });
+      }
+    }
+    if (E && E.step) for (i = 0; i < E.step.length; i++) STEP_ENDS.push({ step: E.step[i], time_ns: E.time_ns[i] });
+  }
   function loadColumns() {
     if (!T || !T.columns) return;
     var n = T.columns, idx = T.index || null;
@@ -402,7 +419,8 @@
   function niceBytesStep(max, target) {
     var raw = max / Math.max(1, target);
     var unit = Math.pow(1024, Math.max(0, Math.floor(Math.log(Math.max(raw, 1)) / Math.log(1024))));
-    return niceStep(raw / unit, 1) * unit;
+    var step = niceStep(raw / unit, 1);
+    return (step >= 1000 ? 1024 : step) * unit;  // 1000 MiB reads better as 1 GiB
   }
 
   function draw() {
@@ -450,8 +468,11 @@
     var plot = sv('g', { 'clip-path': 'url(#rs-clip)' }, svg);
     // Phase bands: a strip above the plot and a light shade behind it.
     var bandsG = sv('g', { id: 'rs-phase-bands' }, plot);
-    var phases = (T.phases || []).filter(function (p) { return p.end_time_ns >= t0 && p.begin_time_ns <= t1; });
-    var minWidth = phases.length > 4000 ? 0.5 : 0;
+    var phases = PHASES.filter(function (p) { return p.end_time_ns >= t0 && p.begin_time_ns <= t1; });
+    // Thousands of sub-pixel bands say nothing: past one per two pixels, zoom in to see them.
+    var dense = [];
+    if (phases.length > pw / 2) { dense.push(phases.length + ' phases'); phases = []; }
+    var minWidth = 0;
     phases.forEach(function (p) {
       var x0 = X(Math.max(t0, p.begin_time_ns)), x1 = X(Math.min(t1, p.end_time_ns));
       if (x1 - x0 < minWidth) return;
@@ -498,7 +519,12 @@
 
     // Step boundaries.
     var steps = sv('g', { id: 'rs-step-lines' }, plot);
-    var ends = (T.step_ends || []).filter(function (s) { return s.time_ns >= t0 && s.time_ns <= t1; });
+    var ends = STEP_ENDS.filter(function (s) { return s.time_ns >= t0 && s.time_ns <= t1; });
+    if (ends.length > pw / 4) { dense.push(ends.length + ' step boundaries'); ends = []; }
+    if (dense.length) {
+      sv('text', { x: ml + 4, y: mt - 6, 'class': 'rs-step-label', id: 'rs-dense-note' }, svg).textContent =
+        dense.join(' and ') + ' in view: zoom in (pick a step, or drag) to draw them';
+    }
     var lastLabel = -1e9;
     ends.forEach(function (s) {
       var x = X(s.time_ns);
@@ -652,7 +678,7 @@
       box.appendChild(item);
     });
     Object.keys(PHASE_COLORS).forEach(function (ph) {
-      if (!(T.phases || []).some(function (p) { return p.phase === ph; })) return;
+      if (!PHASES.some(function (p) { return p.phase === ph; })) return;
       var item = el('span');
       var sw = el('span', { 'class': 'rs-swatch' });
       sw.style.background = PHASE_COLORS[ph];
@@ -725,6 +751,7 @@
   modulesTable();
   labelsTable();
   loadColumns();
+  if (T) loadSpans();
   if (T) FULL = { t0: 0, t1: Math.max(1, T.columns * T.column_ns, T.end_time_ns) };
   if (T) FULL.t1 = Math.max(1, Math.min(FULL.t1, T.end_time_ns + 1));
   view = { t0: FULL.t0, t1: FULL.t1 };
