@@ -35,6 +35,23 @@ class Report:
             raise TraceFormatError(str(exc)) from None
         return cls(json.loads(text))
 
+    @classmethod
+    def from_snapshot(cls, path: str | os.PathLike[str], top_blocks: int = 20,
+                      probe_time_ns: int | None = None, timeline_columns: int = 2000,
+                      device_index: int | None = None) -> "Report":
+        """Reads a ``torch.cuda.memory._snapshot()`` pickle (PyTorch's own, or ridgescope's
+        export) with a restricted unpickler and analyses it like a trace. ``report.to_dict()
+        ["snapshot"]`` says which categories and phases were inferred (docs/snapshot.md)."""
+        from ._snapshot import analyze_snapshot
+        return cls(analyze_snapshot(path, top_blocks, probe_time_ns, timeline_columns, device_index))
+
+    def to_snapshot(self, path: str | os.PathLike[str], device: str | None = None) -> dict[str, int]:
+        """Writes the run as a ``torch.cuda.memory._snapshot()`` pickle that PyTorch's memory_viz
+        reads, every allocation carrying its ridgescope category (docs/snapshot.md). Needs the
+        report's source file (``trace.path``). Returns counts of what was written."""
+        from ._snapshot import write_snapshot
+        return write_snapshot(self._data["trace"]["path"], path, device)
+
     # ------------------------------------------------------------------ data
     def to_dict(self) -> dict[str, Any]:
         """A deep copy of the report as plain JSON-ready data."""
@@ -89,8 +106,9 @@ class Report:
 
 
 def load(path: str | os.PathLike[str], **analysis_options: Any) -> Report:
-    """Reads a ridgescope trace file into a Report. Raises TraceFormatError naming the
-    problem for anything else. ``analysis_options`` go to ``Report.from_trace``."""
+    """Reads a ridgescope trace file, or a torch memory snapshot pickle (docs/snapshot.md), into
+    a Report. Raises TraceFormatError naming the problem for anything else.
+    ``analysis_options`` go to ``Report.from_trace`` (or ``Report.from_snapshot``)."""
     p = Path(path)
     try:
         with p.open("rb") as f:
@@ -99,7 +117,6 @@ def load(path: str | os.PathLike[str], **analysis_options: Any) -> Report:
         raise TraceFormatError(f"cannot read {p}: {exc.strerror}") from None
     if head == TRACE_MAGIC:
         return Report.from_trace(p, **analysis_options)
-    if head[:1] == b"\x80":
-        raise TraceFormatError(f"{p} is a pickle (a torch memory snapshot?); this version of "
-                               "ridgescope reads only its own .rstrace traces")
+    if head[:1] == b"\x80":  # a torch memory snapshot pickle (restricted unpickler)
+        return Report.from_snapshot(p, **analysis_options)
     raise TraceFormatError(f"{p} is not a ridgescope trace (bad magic at byte offset 0)")

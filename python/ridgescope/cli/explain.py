@@ -11,7 +11,8 @@ HELP = ("Explain a trace's out-of-memory errors (verdict, evidence, remedies) an
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", type=Path, help="a ridgescope trace (.rstrace)")
+    parser.add_argument("file", type=Path,
+                        help="a ridgescope trace (.rstrace) or a torch memory snapshot pickle")
     parser.add_argument("--request", default=None, metavar="SIZE",
                         help="also answer: could a request of SIZE (e.g. 800MiB, or bytes) be served "
                              "from the allocator's cache at the peak?")
@@ -35,7 +36,6 @@ def run(args: argparse.Namespace) -> int:
             request = parse_bytes(args.request)
         except ValueError as exc:
             raise RidgescopeError(f"--request: {exc}") from None
-    from .._report import Report
 
     if args.at == "peak":
         data = load(args.file).to_dict()
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError:
             raise RidgescopeError(f"--at: expected 'peak' or seconds since tracking started, got {args.at!r}") from None
         load(args.file)  # the same clear errors for a file that is not a trace
-        data = Report.from_trace(args.file, probe_time_ns=int(seconds * 1e9)).to_dict()
+        data = load(args.file, probe_time_ns=int(seconds * 1e9)).to_dict()
     text = render_explain(data, request=request)
     emit(text, args.output)
     return 0

@@ -11,12 +11,15 @@ HELP = "Print or write the memory report of a trace (text, JSON or a self-contai
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", type=Path, help="a ridgescope trace (.rstrace)")
-    parser.add_argument("--format", choices=("text", "json", "html"), default="text",
+    parser.add_argument("file", type=Path,
+                        help="a ridgescope trace (.rstrace) or a torch memory snapshot pickle")
+    parser.add_argument("--format", choices=("text", "json", "html", "snapshot"), default="text",
                         help="text: a short plain-language report (default); json: the full "
                              "report in the schema of docs/report_schema.md; html: one "
                              "self-contained page with the chart and tables of "
-                             "docs/html-report.md (opens with no network)")
+                             "docs/html-report.md (opens with no network); snapshot: a "
+                             "torch.cuda.memory._snapshot() pickle for PyTorch's memory_viz, "
+                             "coloured by category (docs/snapshot.md; needs -o)")
     parser.add_argument("-o", "--output", type=Path, default=None,
                         help="write the report to this file instead of standard output")
     parser.add_argument("--top-blocks", type=int, default=20, metavar="N",
@@ -28,11 +31,13 @@ def run(args: argparse.Namespace) -> int:
     from .._progress import Progress
     from .._report import Report, load
 
+    if args.format == "snapshot":
+        return _write_snapshot(args)
     options = {"timeline_columns": HTML_TIMELINE_COLUMNS} if args.format == "html" else {}
     with Progress(["analysing the trace", "rendering the report"]) as progress:
         with progress.stage("analysing the trace"):
             report: Report = (load(args.file, **options) if args.top_blocks == 20
-                              else Report.from_trace(args.file, args.top_blocks, **options))
+                              else load(args.file, top_blocks=args.top_blocks, **options))
         with progress.stage("rendering the report"):
             if args.format == "json":
                 text = report.to_json() + "\n"
@@ -44,4 +49,18 @@ def run(args: argparse.Namespace) -> int:
     for w in report.warnings:
         if w["kind"] == "truncated_trace":
             print(f"ridgescope report: warning: {w['message']}", file=sys.stderr)
+    return 0
+
+
+def _write_snapshot(args: argparse.Namespace) -> int:
+    from .._errors import RidgescopeError
+    from .._snapshot import write_snapshot
+
+    if args.output is None:
+        raise RidgescopeError("--format snapshot writes a binary pickle: name the file with -o FILE")
+    stats = write_snapshot(args.file, args.output)
+    print(f"wrote {args.output}: {stats['trace_entries']} trace entries, {stats['allocations']} "
+          f"allocations, {stats['segments']} segments live at the end ({stats['bytes']} bytes). "
+          f"Open it at https://pytorch.org/memory_viz or with "
+          f"python -m torch.cuda._memory_viz trace_plot {args.output} -o plot.html", file=sys.stderr)
     return 0
