@@ -29,12 +29,10 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from . import _C
 from ._errors import RidgescopeError
@@ -289,9 +287,6 @@ class _DryNative:
                 "chunks_written": 0, "buffer_bytes_peak": 0}
 
 
-_TARGET = threading.local()
-
-
 def _on_target(t: torch.Tensor) -> bool:
     return t.device.type == "cpu"
 
@@ -355,6 +350,33 @@ class _CudaAutocastFp32(torch.overrides.TorchFunctionMode):
             up = lambda a: a.float() if isinstance(a, torch.Tensor) and a.dtype == self.low else a  # noqa: E731
             args = tuple(up(a) for a in args)
             kwargs = {k: up(v) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+class _CudaOnCpu(torch.overrides.TorchFunctionMode):
+    """For a CUDA target: code that names the CUDA device (``torch.randn(..., device="cuda")``,
+    ``x.to("cuda")``, ``x.cuda()``, a ``torch.device("cuda")`` context) gets the CPU device the
+    fake tensors run on."""
+
+    @staticmethod
+    def _cpu(d: Any) -> Any:
+        if isinstance(d, torch.device) and d.type == "cuda":
+            return torch.device("cpu")
+        if isinstance(d, str) and d.startswith("cuda"):
+            return "cpu"
+        if isinstance(d, int) and not isinstance(d, bool):
+            return "cpu"  # a bare CUDA ordinal
+        return d
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if "device" in kwargs:
+            kwargs["device"] = self._cpu(kwargs["device"])
+        if func is torch.Tensor.to and len(args) > 1 and not isinstance(args[1], torch.Tensor) \
+                and not isinstance(args[1], torch.dtype):
+            args = (args[0], self._cpu(args[1])) + tuple(args[2:])
         return func(*args, **kwargs)
 
 
@@ -515,7 +537,8 @@ def _dry_run(make_model: Callable[..., Any], make_optimizer: Callable[..., Any],
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     instr = None
     try:
-        with warnings.catch_warnings(), fake, watcher, _cuda_optimizer_defaults(cuda):
+        with warnings.catch_warnings(), fake, watcher, _cuda_optimizer_defaults(cuda), \
+                (_CudaOnCpu() if cuda else contextlib.nullcontext()):
             # the instrumentation reads fake storages' (null) data pointers as cache keys
             warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
             # Built before the session starts, as in a tracked run: its parameters and
@@ -550,7 +573,6 @@ def _dry_run(make_model: Callable[..., Any], make_optimizer: Callable[..., Any],
                 if instr.failed:
                     raise RidgescopeError(f"the dry run failed: {instr.error}")
             instr.remove()
-            del optimizer, model, loss, batch
     except RidgescopeError:
         raise
     except Exception as exc:

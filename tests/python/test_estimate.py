@@ -255,3 +255,22 @@ def test_fit_cli_on_a_builtin_spec_and_on_a_spec_file(tmp_path, capsys):
     assert cli_main(["fit", str(bad)]) == 1
     assert "does not define make_model" in capsys.readouterr().err
     assert cli_main(["fit", "no-such-spec"]) == 1
+
+
+def test_code_that_names_the_cuda_device_runs_on_a_machine_without_one():
+    """Given callables that put the model and the batch on "cuda" in every usual way, the dry
+    run for a CUDA target still runs here, with the same parameter bytes (512-byte blocks)."""
+    def make_model():
+        with torch.device("cuda"):
+            m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+        return m.cuda().to("cuda:0")
+
+    def make_batch():
+        x = torch.randn(4, 64, device="cuda")
+        y = torch.randint(0, 8, (4,)).to("cuda", non_blocking=True)
+        return x.cuda(), y.to(torch.device("cuda"))
+
+    est = rs.estimate(make_model, adamw, make_batch, device="cuda", capacity="1GiB")
+    blocks = sum(-(-n * 4 // CUDA_BLOCK) * CUDA_BLOCK for n in (64 * 64, 64, 64 * 8, 8))
+    assert est.by_category["parameter"] == blocks
+    assert est.fits
