@@ -145,51 +145,6 @@ PYBIND11_MODULE(_C, m) {
       py::call_guard<py::gil_scoped_release>(),
       "Replay a torch memory snapshot pickle as a ridgescope trace file.");
 
-  // Torch memory snapshots (docs/snapshot.md).
-  m.def(
-      "write_snapshot",
-      [](const std::string& trace_path, const std::string& out_path, std::optional<int> cuda_device,
-         bool cpu) {
-        ridgescope::SnapshotWriteOptions options;
-        if (cpu) options.device = ridgescope::Device{};
-        if (cuda_device) {
-          options.device = ridgescope::Device{ridgescope::DeviceType::CUDA, static_cast<std::int16_t>(*cuda_device)};
-        }
-        const auto s = ridgescope::write_snapshot(trace_path, out_path, options);
-        return std::map<std::string, std::uint64_t>{{"trace_entries", s.trace_entries},
-                                                    {"allocations", s.allocations},
-                                                    {"segments", s.segments},
-                                                    {"annotations", s.annotations},
-                                                    {"bytes", s.bytes}};
-      },
-      py::arg("trace_path"), py::arg("out_path"), py::arg("cuda_device") = py::none(), py::arg("cpu") = false,
-      py::call_guard<py::gil_scoped_release>(),
-      "Write a trace as a torch.cuda.memory._snapshot() pickle; returns counts.");
-  m.def(
-      "analyze_snapshot",
-      [](const std::string& path, std::size_t top_blocks, std::optional<std::uint64_t> probe_time_ns,
-         std::optional<int> device_index) {
-        ridgescope::AnalysisOptions options;
-        options.top_blocks = top_blocks;
-        options.probe_time_ns = probe_time_ns;
-        ridgescope::SnapshotReadOptions read;
-        read.device_index = device_index;
-        return ridgescope::report_to_json(ridgescope::analyze_snapshot(path, options, read));
-      },
-      py::arg("path"), py::arg("top_blocks") = 20, py::arg("probe_time_ns") = py::none(),
-      py::arg("device_index") = py::none(), py::call_guard<py::gil_scoped_release>(),
-      "Read a torch memory snapshot pickle (restricted unpickler) and analyse it; returns JSON.");
-  m.def(
-      "snapshot_to_trace",
-      [](const std::string& pickle_path, const std::string& trace_path, std::optional<int> device_index) {
-        ridgescope::SnapshotReadOptions read;
-        read.device_index = device_index;
-        ridgescope::snapshot_to_trace(pickle_path, trace_path, read);
-      },
-      py::arg("pickle_path"), py::arg("trace_path"), py::arg("device_index") = py::none(),
-      py::call_guard<py::gil_scoped_release>(),
-      "Replay a torch memory snapshot pickle as a ridgescope trace file.");
-
   m.def("_cpu_allocator_installed", &ridgescope::sources::cpu_allocator_source_installed,
         "Whether ridgescope's tracking CPU allocator is registered now (for tests).");
   m.def("_cuda_source_compiled", &ridgescope::sources::cuda_source_compiled,
