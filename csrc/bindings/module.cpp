@@ -39,6 +39,8 @@ py::list read_events(const std::string& path, std::size_t limit) {
     d["device"] = ridgescope::device_name(e.device);
     d["addr"] = e.addr;
     d["bytes"] = e.bytes;
+    d["requested_bytes"] = e.requested_bytes;
+    d["stream"] = e.stream;
     d["category"] = std::string(ridgescope::category_name(e.category));
     d["weak"] = (e.flags & ridgescope::kTagWeak) != 0;
     d["string"] = std::string(reader.string(e.string_id));
