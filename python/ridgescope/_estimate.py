@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from . import _C
 from ._errors import RidgescopeError
@@ -299,6 +300,19 @@ class _StorageWatcher(TorchDispatchMode):
         self.native = native
         self.enabled = True
         self.host_scalars = False  # True while torch.tensor(x) makes host tensors (CUDA target)
+        self._host: dict[int, Any] = {}  # id(storage) -> weakref: host tensors (CUDA target)
+
+    def _mark_host(self, out: Any) -> None:
+        for t in (out if isinstance(out, (list, tuple)) else (out,)):
+            if isinstance(t, torch.Tensor):
+                st = t.untyped_storage()
+                key = id(st)
+                if key not in self._host and key not in self.native._storages:
+                    self._host[key] = weakref.ref(st, lambda _r, k=key: self._host.pop(k, None))
+
+    def _all_host(self, args: Any, kwargs: Any) -> bool:
+        tensors = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        return bool(tensors) and all(id(t.untyped_storage()) in self._host for t in tensors)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
@@ -309,15 +323,19 @@ class _StorageWatcher(TorchDispatchMode):
             name = func.overloadpacket.__name__
             if name in _MATMUL_OPS and not native.workspace_done:
                 native.workspace()
-            # torch.tensor(0.0) with no device (an optimizer's step counter) is a host tensor
-            # on a CUDA run, not device memory.
-            if self.host_scalars and name in ("lift_fresh", "lift_fresh_copy", "scalar_tensor"):
+            # On a CUDA run, torch.tensor(0.0) with no device (an optimizer's step counter) is
+            # a host tensor, and so is what is computed from host tensors only (bias
+            # corrections): not device memory.
+            if self.host_scalars and (name in ("lift_fresh", "lift_fresh_copy", "scalar_tensor")
+                                      or (self._host and self._all_host(args, kwargs))):
+                self._mark_host(out)
                 return out
         leaves = out if isinstance(out, (list, tuple)) else (out,)
         for t in leaves:
             if isinstance(t, torch.Tensor) and t.layout == torch.strided:
                 st = t.untyped_storage()
-                if id(st) not in native._storages:
+                key = id(st)
+                if key not in native._storages and key not in self._host:
                     native.on_storage(st)
         return out
 

@@ -98,18 +98,22 @@ def test_the_report_has_the_shape_of_a_tracked_run(trace_path):
     assert est.report.to_dict()["optimizer"]["type"] == "AdamW"
 
 
-def test_a_cuda_target_rounds_blocks_keeps_step_counters_on_the_host_and_adds_the_workspace():
-    """For a CUDA target each block is rounded up to 512 bytes (without the allocator model:
-    its peak is then the block sum), AdamW's step counters stay on the host (not device
-    memory), the cuBLAS workspace is live from the first matmul, and the foreach optimizer step
-    holds full-size temporaries."""
+@pytest.mark.parametrize("foreach", [None, False], ids=["foreach-default", "per-tensor"])
+def test_a_cuda_target_rounds_blocks_keeps_step_counters_on_the_host_and_adds_the_workspace(foreach):
+    """For a CUDA target each block is rounded up to 512 bytes, AdamW's step counters (and the
+    bias corrections computed from them) stay on the host, in the foreach default and in the
+    per-tensor implementation alike, the cuBLAS workspace is live from the first matmul, and
+    the optimizer step holds temporaries."""
     torch.manual_seed(0)
     make = lambda: torch.nn.Sequential(torch.nn.Linear(100, 30), torch.nn.ReLU(),  # noqa: E731
                                        torch.nn.Linear(30, 7))
     shapes = [p.shape for p in make().parameters()]
     blocks = sum(-(-s.numel() * 4 // CUDA_BLOCK) * CUDA_BLOCK for s in shapes)
-    est = rs.estimate(make, adamw, lambda: (torch.randn(5, 100), torch.randint(0, 7, (5,))),
-                      device="cuda", capacity="1GiB", steps=2)
+    est = rs.estimate(make, lambda m: torch.optim.AdamW(m.parameters(), foreach=foreach),
+                      lambda: (torch.randn(5, 100), torch.randint(0, 7, (5,))),
+                      device="cuda", capacity="1GiB", steps=3)
+    for step in phases(est.report, "optimizer_step"):
+        assert step["end_by_category"]["optimizer_state"] == 2 * blocks
     first = phases(est.report, "optimizer_step")[0]
     assert first["start_by_category"]["parameter"] == blocks
     assert first["start_by_category"]["gradient"] == blocks
