@@ -119,6 +119,12 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
     out.append(f"ridgescope report: {t['path']}")
     out.append(f"  device {d['device']}, {len(steps)} step(s), {t['events']:,} events, "
                f"{t['duration_ns'] / 1e9:.2f} s recorded")
+    snap = d.get("snapshot")
+    if snap:  # built from a torch memory snapshot pickle (docs/snapshot.md)
+        inferred = [k.replace("_", " ") for k, v in snap["inferred"].items() if v]
+        out.append(f"  read from a torch memory snapshot written by {snap['producer']}; inferred: "
+                   f"{', '.join(inferred) if inferred else 'nothing'}")
+        out.extend(f"  note: {n}" for n in snap["notes"])
     out.append("")
     out.extend(_model_lines(d))
     if d["model"].get("parameters") is not None or d["optimizer"].get("type"):
