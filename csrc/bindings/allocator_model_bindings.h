@@ -121,8 +121,10 @@ inline ridgescope::AllocatorAction::Kind allocator_action_kind(const std::string
   if (name == "alloc") return K::Alloc;
   if (name == "free" || name == "free_completed") return K::Free;
   if (name == "empty_cache") return K::EmptyCache;
+  if (name == "segment_alloc" || name == "segment_map") return K::SegmentHint;
   throw py::value_error("unknown allocator action '" + name +
-                        "' (alloc, free, free_completed or empty_cache)");
+                        "' (alloc, free, free_completed, empty_cache, segment_alloc or "
+                        "segment_map)");
 }
 
 inline void bind_allocator_model(py::module_& m) {
@@ -210,12 +212,14 @@ inline void bind_allocator_model(py::module_& m) {
   m.def(
       "simulate_allocator",
       [](const std::string& path, const std::string& settings, std::uint64_t capacity,
-         std::size_t timeline_points, int device, bool keep_segment_events) {
+         std::size_t timeline_points, int device, bool keep_segment_events,
+         bool use_recorded_segment_addresses) {
         const ridgescope::AllocatorSettings s = allocator_settings_from(settings, capacity);
         ridgescope::ReplayOptions o;
         o.timeline_points = timeline_points;
         o.device = device;
         o.keep_segment_events = keep_segment_events;
+        o.use_recorded_segment_addresses = use_recorded_segment_addresses;
         ridgescope::ReplayResult r;
         {
           py::gil_scoped_release release;
@@ -225,7 +229,7 @@ inline void bind_allocator_model(py::module_& m) {
       },
       py::arg("path"), py::arg("settings") = "", py::arg("capacity") = 0,
       py::arg("timeline_points") = 512, py::arg("device") = -2,
-      py::arg("keep_segment_events") = false,
+      py::arg("keep_segment_events") = false, py::arg("use_recorded_segment_addresses") = false,
       "Replay a trace's alloc/free events through the allocator model; returns a summary dict.");
   m.def(
       "replay_allocator_actions",
@@ -258,7 +262,8 @@ inline void bind_allocator_model(py::module_& m) {
       py::arg("actions"), py::arg("settings") = "", py::arg("capacity") = 0,
       py::arg("timeline_points") = 0, py::arg("keep_segment_events") = true,
       "Replay (action, address, nbytes, stream) tuples, e.g. a torch snapshot's alloc and "
-      "free_completed entries; time_ns of the timeline is the action index.");
+      "free_completed entries (segment_alloc / segment_map entries place the model's next "
+      "segment at the recorded address); time_ns of the timeline is the action index.");
 }
 
 }  // namespace ridgescope_bindings

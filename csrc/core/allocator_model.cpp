@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <deque>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -455,8 +456,9 @@ struct AllocatorModel::Impl {
   Pool small{true};
   Pool large{false};
   absl::flat_hash_map<std::uint64_t, Block*> live;  // alloc_id -> block (nullptr: 0 bytes)
-  absl::flat_hash_map<std::uint64_t, std::unique_ptr<Segment>> segments;  // by base address
+  std::map<std::uint64_t, std::unique_ptr<Segment>> segments;  // by base address
   std::uint64_t next_va = kModelBaseAddress;
+  std::uint64_t segment_hint = 0;  // where the next new segment goes (0: synthetic)
 
   AllocatorStats st;
   bool record_events = false;
@@ -488,10 +490,21 @@ struct AllocatorModel::Impl {
   bool device_has_room(std::uint64_t bytes) const {
     return settings.capacity_bytes == 0 || st.reserved_bytes + bytes <= settings.capacity_bytes;
   }
+  // The address of a new segment of `bytes`: the hinted (recorded) one when it overlaps no
+  // live segment, else the next synthetic one. Synthetic addresses stay above every segment.
   std::uint64_t take_va(std::uint64_t bytes) {
-    const std::uint64_t addr = next_va;
-    next_va += round_up(bytes, kVaAlignment);
+    std::uint64_t addr = next_va;
+    if (segment_hint != 0 && !overlaps(segment_hint, bytes)) addr = segment_hint;
+    segment_hint = 0;
+    next_va = std::max(next_va, round_up(addr + bytes, kVaAlignment));
     return addr;
+  }
+  bool overlaps(std::uint64_t addr, std::uint64_t bytes) const {
+    if (addr > kNoLimit - bytes) return true;
+    auto it = segments.lower_bound(addr + bytes);  // first segment starting at or after the end
+    if (it == segments.begin()) return false;
+    --it;
+    return it->first + it->second->size > addr;
   }
 
   // try_merge_blocks: folds `src` into `dst` when it is a free neighbour in the same mapping
@@ -890,6 +903,12 @@ struct AllocatorModel::Impl {
   }
 
   MallocResult malloc(std::uint64_t id, std::uint64_t requested, std::uint64_t stream) {
+    MallocResult r = malloc_inner(id, requested, stream);
+    segment_hint = 0;  // a hint serves only the request right after it
+    return r;
+  }
+
+  MallocResult malloc_inner(std::uint64_t id, std::uint64_t requested, std::uint64_t stream) {
     MallocResult r;
     r.requested_bytes = requested;
     if (live.contains(id)) {
@@ -1068,6 +1087,9 @@ AllocatorBlockInfo AllocatorModel::block_of(std::uint64_t alloc_id) const noexce
 }
 const AllocatorSettings& AllocatorModel::settings() const noexcept { return impl_->settings; }
 void AllocatorModel::record_segment_events(bool enabled) noexcept { impl_->record_events = enabled; }
+void AllocatorModel::hint_next_segment_address(std::uint64_t address) noexcept {
+  impl_->segment_hint = address;
+}
 const std::vector<AllocatorSegmentEvent>& AllocatorModel::segment_events() const noexcept {
   return impl_->events;
 }
@@ -1152,6 +1174,9 @@ class Replayer {
       case AllocatorAction::Kind::EmptyCache:
         model_.empty_cache();
         break;
+      case AllocatorAction::Kind::SegmentHint:
+        model_.hint_next_segment_address(a.address);
+        break;
     }
     const std::uint64_t alloc = model_.allocated_bytes();
     const std::uint64_t res = model_.reserved_bytes();
@@ -1216,7 +1241,16 @@ ReplayResult replay_trace_through_allocator(const std::string& trace_path,
   std::uint64_t recorded_live = 0;
   Event e;
   while (reader.next(e)) {
-    if ((e.kind != EventKind::Alloc && e.kind != EventKind::Free) || e.device != device) continue;
+    if (e.device != device) continue;
+    if (e.kind == EventKind::SegmentAlloc && options.use_recorded_segment_addresses) {
+      AllocatorAction hint;
+      hint.kind = AllocatorAction::Kind::SegmentHint;
+      hint.address = e.addr;
+      hint.time_ns = e.time_ns;
+      r.apply(hint);
+      continue;
+    }
+    if (e.kind != EventKind::Alloc && e.kind != EventKind::Free) continue;
     AllocatorAction a;
     a.address = e.addr;
     a.stream = e.stream;

@@ -15,11 +15,11 @@
 // (active only with a memory fraction, as in torch), expandable segments (one segment per
 // stream and pool mapped in 2 MiB / 20 MiB pages), empty_cache.
 // Not modelled: cross-stream uses (record_stream events delay a free; here a free is
-// immediate), CUDA graph private pools / MemPool, the free-memory callbacks, and the real
-// virtual addresses cudaMalloc returns (addresses here are synthetic and deterministic:
-// segments are laid out upwards from kModelBaseAddress in creation order, never reused, so a
-// tie between equal-size free blocks is broken by creation order where torch breaks it by the
-// driver's address).
+// immediate), CUDA graph private pools / MemPool, the free-memory callbacks. Addresses are
+// synthetic and deterministic (segments laid out upwards from kModelBaseAddress in creation
+// order, never reused), so a tie between equal-size free blocks in different segments is
+// broken by creation order where torch breaks it by the driver's address, unless the recorded
+// addresses are given (hint_next_segment_address, AllocatorAction::Kind::SegmentHint).
 //
 // Errors: a malformed settings string is refused by parse_allocator_settings with a message
 // naming the option. malloc/free never throw: failure is reported in the result.
@@ -203,6 +203,12 @@ class AllocatorModel {
   AllocatorBlockInfo block_of(std::uint64_t alloc_id) const noexcept;
   const AllocatorSettings& settings() const noexcept;
 
+  // Places the next segment this model creates (cudaMalloc, or a new expandable segment) at
+  // `address`, the address the real allocator recorded, if that overlaps no live segment; the
+  // hint expires with the next malloc. Replaying a snapshot with its segment addresses makes
+  // best-fit ties between equal free blocks fall as they fell in the recorded run.
+  void hint_next_segment_address(std::uint64_t address) noexcept;
+
   // Segment events are kept only when enabled (replay of a snapshot compares them).
   void record_segment_events(bool enabled) noexcept;
   const std::vector<AllocatorSegmentEvent>& segment_events() const noexcept;
@@ -218,7 +224,10 @@ class AllocatorModel {
 // alloc / free_completed entries of a torch memory snapshot's device_traces (segment entries
 // are the reference the model's own segment events are compared with; they are not fed in).
 struct AllocatorAction {
-  enum class Kind : std::uint8_t { Alloc, Free, EmptyCache };
+  // SegmentHint: the recorded run reserved a segment at `address` here (a snapshot's
+  // segment_alloc, or the first segment_map of an expandable segment): see
+  // AllocatorModel::hint_next_segment_address. It changes no bytes.
+  enum class Kind : std::uint8_t { Alloc, Free, EmptyCache, SegmentHint };
   Kind kind = Kind::Alloc;
   std::uint64_t address = 0;  // the recorded block address: identifies the allocation
   std::uint64_t bytes = 0;    // alloc: the requested bytes
@@ -241,6 +250,9 @@ struct ReplayOptions {
   // CPU; -1 = the CPU; n >= 0 = cuda:n.
   int device = -2;
   bool keep_segment_events = false;  // copy the model's segment events into the result
+  // Trace replay: place the model's segments at the trace's SegmentAlloc addresses (use when
+  // replaying with the settings the run had, to reproduce it; pointless for a what-if).
+  bool use_recorded_segment_addresses = false;
 };
 
 struct ReplayResult {

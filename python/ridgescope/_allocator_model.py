@@ -119,8 +119,8 @@ class AllocatorModel:
 
 def simulate(path: "str | os.PathLike[str]", alloc_conf: str = "",
              capacity: "int | str | None" = None, *, timeline_points: int = 512,
-             device: "int | str | None" = None,
-             keep_segment_events: bool = False) -> dict[str, Any]:
+             device: "int | str | None" = None, keep_segment_events: bool = False,
+             use_recorded_segment_addresses: bool = False) -> dict[str, Any]:
     """Replays a ridgescope trace's alloc/free events through the allocator model with the
     given settings. Returns a dict: ``peak_allocated_bytes``, ``peak_reserved_bytes``,
     ``segment_count`` (at the end), ``recorded_peak_bytes`` (peak of the recorded block bytes),
@@ -129,7 +129,9 @@ def simulate(path: "str | os.PathLike[str]", alloc_conf: str = "",
     (all counters), ``settings``.
 
     ``device``: None = the first CUDA device in the trace (else the CPU events), "cpu", or a
-    CUDA index. The request replayed is the event's requested bytes."""
+    CUDA index. The request replayed is the event's requested bytes.
+    ``use_recorded_segment_addresses``: place the model's segments at the trace's segment
+    addresses (to reproduce a run with the settings it had; not for a what-if)."""
     p = Path(path)
     if not p.is_file():
         raise TraceFormatError(f"cannot read {p}: no such file")
@@ -145,7 +147,7 @@ def simulate(path: "str | os.PathLike[str]", alloc_conf: str = "",
         raise RidgescopeError(f"timeline_points must be >= 0, got {timeline_points}")
     try:
         return _C.simulate_allocator(str(p), alloc_conf, _capacity(capacity), timeline_points,
-                                     dev, keep_segment_events)
+                                     dev, keep_segment_events, use_recorded_segment_addresses)
     except _C.TraceError as exc:
         raise TraceFormatError(str(exc)) from None
     except ValueError as exc:
@@ -157,7 +159,9 @@ def replay_actions(actions: Iterable[Sequence[Any]], alloc_conf: str = "",
                    timeline_points: int = 0) -> dict[str, Any]:
     """Replays ``(action, address, nbytes, stream)`` tuples through a fresh model, e.g. the
     ``alloc`` / ``free_completed`` entries of a torch snapshot's ``device_traces`` (action is
-    "alloc", "free", "free_completed" or "empty_cache"). The result is :func:`simulate`'s dict
+    "alloc", "free", "free_completed" or "empty_cache"; "segment_alloc" or "segment_map" places
+    the next segment the model creates at the recorded address, so that best-fit ties between
+    equal blocks fall as in the recorded run). The result is :func:`simulate`'s dict
     plus ``segment_events``, the segment changes the model made (``segment_alloc``,
     ``segment_free``, ``segment_map``, ``segment_unmap``) with ``reserved_after`` each, to be
     compared with the snapshot's own segment entries. Timeline indices are action indices."""
@@ -173,14 +177,16 @@ def replay_actions(actions: Iterable[Sequence[Any]], alloc_conf: str = "",
         raise _settings_error(exc) from None
 
 
-def actions_from_snapshot(snapshot: dict[str, Any], device: int = 0) -> list[tuple[str, int, int, int]]:
+def actions_from_snapshot(snapshot: dict[str, Any], device: int = 0, *,
+                          segment_addresses: bool = True) -> list[tuple[str, int, int, int]]:
     """The alloc/free sequence of a torch memory snapshot (``torch.cuda.memory._snapshot()``
     dict with ``device_traces``), for :func:`replay_actions`. A run of segment_free or
     segment_unmap entries not followed by the segment_alloc / segment_map / oom of a retried
     request is where torch.cuda.empty_cache() ran; it becomes an "empty_cache" action (an
     empty_cache directly followed by a request that makes a new segment is taken for a retry:
-    the known limit of this reading). Blocks live before the trace began are ignored (their
-    frees count as unmatched)."""
+    the known limit of this reading). With ``segment_addresses``, each segment_alloc (and
+    segment_map) is kept as a hint placing the model's segment at the recorded address. Blocks
+    live before the trace began are ignored (their frees count as unmatched)."""
     traces = snapshot.get("device_traces")
     if not isinstance(traces, list) or device >= len(traces):
         raise TraceFormatError(f"the snapshot has no device_traces for device {device}")
@@ -192,8 +198,10 @@ def actions_from_snapshot(snapshot: dict[str, Any], device: int = 0) -> list[tup
         action = e.get("action")
         if action == "alloc":
             out.append(("alloc", int(e["addr"]), int(e["size"]), int(e.get("stream", 0))))
-        elif action in ("free_completed",):
+        elif action == "free_completed":
             out.append(("free", int(e["addr"]), int(e["size"]), int(e.get("stream", 0))))
+        elif action in ("segment_alloc", "segment_map") and segment_addresses:
+            out.append((action, int(e["addr"]), int(e["size"]), int(e.get("stream", 0))))
         elif action in ("segment_free", "segment_unmap"):
             # A release inside malloc's retry is followed by the segment_alloc/map or oom of
             # the same request; a release by empty_cache is not.

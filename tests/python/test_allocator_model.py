@@ -160,24 +160,31 @@ def test_simulate_refuses_bad_input(tmp_path):
 def test_snapshot_actions_replay_and_empty_cache_detection():
     """A snapshot's device trace: an empty_cache between two requests becomes an empty_cache
     action; a release inside a retried request (followed by segment_alloc) does not."""
+    A, B, C = 0x100000000, 0x200000000, 0x300000000
     trace = [
-        {"action": "segment_alloc", "addr": 100, "size": 20 * MiB},
-        {"action": "alloc", "addr": 100, "size": 4 * MiB, "stream": 0},
-        {"action": "free_requested", "addr": 100, "size": 4 * MiB},
-        {"action": "free_completed", "addr": 100, "size": 4 * MiB},
-        {"action": "segment_free", "addr": 100, "size": 20 * MiB},   # empty_cache
-        {"action": "segment_alloc", "addr": 200, "size": 2 * MiB},
-        {"action": "alloc", "addr": 200, "size": 1000, "stream": 0},
+        {"action": "segment_alloc", "addr": A, "size": 20 * MiB},
+        {"action": "alloc", "addr": A, "size": 4 * MiB, "stream": 0},
+        {"action": "free_requested", "addr": A, "size": 4 * MiB},
+        {"action": "free_completed", "addr": A, "size": 4 * MiB},
+        {"action": "segment_free", "addr": A, "size": 20 * MiB},   # empty_cache
+        {"action": "segment_alloc", "addr": B, "size": 2 * MiB},
+        {"action": "alloc", "addr": B, "size": 1000, "stream": 0},
     ]
-    actions = actions_from_snapshot({"device_traces": [trace]})
+    actions = actions_from_snapshot({"device_traces": [trace]}, segment_addresses=False)
     assert [a[0] for a in actions] == ["alloc", "free", "alloc"]  # followed by segment_alloc
-    trace2 = trace[:5] + [{"action": "alloc", "addr": 300, "size": 1000, "stream": 0}]
-    actions2 = actions_from_snapshot({"device_traces": [trace2]})
+    trace2 = trace[:5] + [{"action": "alloc", "addr": C, "size": 1000, "stream": 0}]
+    actions2 = actions_from_snapshot({"device_traces": [trace2]}, segment_addresses=False)
     assert [a[0] for a in actions2] == ["alloc", "free", "empty_cache", "alloc"]
     r = replay_actions(actions2)
     assert [e["action"] for e in r["segment_events"]] == ["segment_alloc", "segment_free",
                                                           "segment_alloc"]
     assert [e["reserved_after"] for e in r["segment_events"]] == [20 * MiB, 0, 2 * MiB]
+    # With the recorded segment addresses, the model's segments sit where torch put them.
+    hinted = actions_from_snapshot({"device_traces": [trace]})
+    assert [a[0] for a in hinted] == ["segment_alloc", "alloc", "free", "segment_alloc", "alloc"]
+    r = replay_actions(hinted)
+    assert [(e["action"], e["address"], e["bytes"]) for e in r["segment_events"]] == [
+        ("segment_alloc", A, 20 * MiB), ("segment_alloc", B, 2 * MiB)]
     with pytest.raises(rs.TraceFormatError):
         actions_from_snapshot({"segments": []})
 

@@ -592,3 +592,63 @@ SCENARIO("actions from a torch snapshot replay with a fixed capacity", "[core][a
   CHECK(r.segment_events[0].kind == AllocatorSegmentEvent::Kind::Alloc);
   CHECK(r.segment_events[0].bytes == 40 * MiB);
 }
+
+SCENARIO("recorded segment addresses decide best-fit ties as in the recorded run",
+         "[core][allocator_model][replay]") {
+  GIVEN("two 20 MiB segments, the second recorded at the lower address, both freed") {
+    AllocatorModel m;
+    m.hint_next_segment_address(0x200000000);
+    const MallocResult a = m.malloc(1, 20 * MiB);
+    m.hint_next_segment_address(0x100000000);
+    const MallocResult b = m.malloc(2, 20 * MiB);
+    REQUIRE(a.address == 0x200000000);
+    REQUIRE(b.address == 0x100000000);
+    m.free(1);
+    m.free(2);
+    THEN("a 20 MiB request takes the block at the lower address, as torch would") {
+      CHECK(m.malloc(3, 20 * MiB).address == 0x100000000);
+    }
+    THEN("a hint inside a live segment is refused: the segment goes to a synthetic address") {
+      m.malloc(3, 20 * MiB);
+      m.hint_next_segment_address(0x100000000 + 4 * MiB);
+      const MallocResult c = m.malloc(4, 30 * MiB);
+      CHECK(c.segment_created);
+      CHECK(c.address >= 0x200000000 + 20 * MiB);  // above every segment so far
+    }
+    THEN("a hint expires with the next request even if it made no segment") {
+      m.hint_next_segment_address(0x300000000);
+      CHECK_FALSE(m.malloc(3, 20 * MiB).segment_created);
+      const MallocResult c = m.malloc(4, 30 * MiB);
+      CHECK(c.address != 0x300000000);
+    }
+  }
+  GIVEN("the same requests without recorded addresses") {
+    AllocatorModel m;
+    m.malloc(1, 20 * MiB);
+    m.malloc(2, 20 * MiB);
+    m.free(1);
+    m.free(2);
+    THEN("the tie goes to the segment created first") {
+      CHECK(m.malloc(3, 20 * MiB).address == Base);
+    }
+  }
+  GIVEN("a snapshot's actions with segment hints") {
+    std::vector<AllocatorAction> actions(3);
+    actions[0].kind = AllocatorAction::Kind::SegmentHint;
+    actions[0].address = 0x500000000;
+    actions[1].kind = AllocatorAction::Kind::Alloc;
+    actions[1].address = 0x500000000;
+    actions[1].bytes = 3 * MiB;
+    actions[2].kind = AllocatorAction::Kind::Free;
+    actions[2].address = 0x500000000;
+    ReplayOptions opts;
+    opts.keep_segment_events = true;
+    const ReplayResult r = replay_allocator_actions(actions, AllocatorSettings{}, opts);
+    THEN("the model's segment event carries the recorded address") {
+      REQUIRE(r.segment_events.size() == 1);
+      CHECK(r.segment_events[0].address == 0x500000000);
+      CHECK(r.segment_events[0].bytes == 20 * MiB);
+      CHECK(r.unmatched_frees == 0);
+    }
+  }
+}
