@@ -472,7 +472,7 @@
     // Thousands of sub-pixel bands say nothing: past one per two pixels, zoom in to see them.
     var dense = [];
     if (phases.length > pw / 2) { dense.push(phases.length + ' phases'); phases = []; }
-    var minWidth = 0;
+    var minWidth = 0, phaseLabels = [];
     phases.forEach(function (p) {
       var x0 = X(Math.max(t0, p.begin_time_ns)), x1 = X(Math.min(t1, p.end_time_ns));
       if (x1 - x0 < minWidth) return;
@@ -483,6 +483,7 @@
                               fill: phaseColor(p.phase) }, g);
       sv('title', null, band).textContent = p.phase + ' (step ' + p.step + '): ' + fmtMs(p.begin_time_ns) +
         '–' + fmtMs(p.end_time_ns) + ' ms';
+      if (p.depth === 0 && w > 70) phaseLabels.push([x0 + 4, p.phase]);
     });
 
     // Stacked areas of the columns' composition at their highest instant.
@@ -516,6 +517,10 @@
       sv('text', { x: ml + pw - 4, y: Y(cap) - 4, 'text-anchor': 'end', 'class': 'rs-capacity-label' }, svg)
         .textContent = 'capacity ' + fmtBytes(cap);
     }
+
+    phaseLabels.forEach(function (l) {
+      sv('text', { x: l[0], y: mt + 11, 'class': 'rs-phase-label' }, plot).textContent = l[1];
+    });
 
     // Step boundaries.
     var steps = sv('g', { id: 'rs-step-lines' }, plot);
