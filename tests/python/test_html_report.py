@@ -222,3 +222,23 @@ def test_text_from_the_trace_cannot_break_out_of_the_page(runs, browser, tmp_pat
         assert page.page.text_content("#rs-table-blocks tbody tr:first-child td:nth-child(3)") == hostile
     finally:
         page.page.close()
+
+
+def test_an_empty_trace_still_opens_cleanly(browser, tmp_path):
+    # Given a trace that is only its 16-byte file header (no event at all)
+    trace = tmp_path / "empty.rstrace"
+    trace.write_bytes(b"RIDGESCP" + (1).to_bytes(4, "little") + bytes(4))
+    report = Report.from_trace(trace, timeline_columns=HTML_TIMELINE_COLUMNS)
+    path = tmp_path / "empty.html"
+    report.to_html(path)
+    page = Page(browser, path)
+    try:
+        # then the page says there is nothing, without an error, and marks no peak
+        assert page.errors == []
+        assert page.requests == [page.url]
+        assert page.attr("#rs-peak-value", "data-bytes") == "0"
+        assert page.count("#rs-peak-marker") == 0
+        assert page.count("#rs-table-steps tbody tr") == 1  # "The trace has no steps."
+        assert page.count("#rs-chart") == 1
+    finally:
+        page.page.close()
