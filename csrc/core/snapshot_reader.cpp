@@ -369,7 +369,8 @@ class Converter {
         const std::uint64_t size = uint_field(b, "size", bw);
         const std::string_view state = str_field(b, "state", bw);
         const std::uint64_t addr = opt_uint(b, "address", bw).value_or(at);
-        if (state == "active_allocated" || state == "active_pending_free") {
+        // "active_pending_free" in the C++ source, "active_awaiting_free" in torch's docs
+        if (state == "active_allocated" || state == "active_pending_free" || state == "active_awaiting_free") {
           StartBlock sb;
           sb.addr = addr;
           sb.bytes = size;

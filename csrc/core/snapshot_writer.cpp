@@ -76,7 +76,7 @@ struct Annotation {
 
 struct SegmentOut {
   int device = 0;
-  std::uint64_t address = 0, total_size = 0;
+  std::uint64_t address = 0, total_size = 0, stream = 0;
   // blocks: (address, size, requested, state, live info or null)
   struct BlockOut {
     std::uint64_t address = 0, size = 0, requested = 0;
@@ -180,11 +180,13 @@ class DevicePass {
       return out;
     }
     std::size_t bi = 0;
-    for (const auto& [addr, size] : segments_) {
+    for (const auto& [addr, seg] : segments_) {
+      const std::uint64_t size = seg.first;
       SegmentOut s;
       s.device = index_;
       s.address = addr;
       s.total_size = size;
+      s.stream = seg.second;
       std::uint64_t at = addr;
       while (bi < blocks.size() && blocks[bi].first < addr) ++bi;  // blocks outside any segment
       while (bi < blocks.size() && blocks[bi].first < addr + size) {
@@ -294,11 +296,11 @@ class DevicePass {
 
   void on_segment(const Event& e, bool alloc) {
     if (alloc) {
-      segments_[e.addr] = e.bytes;
+      segments_[e.addr] = {e.bytes, e.stream};
       write_segment_entry("segment_alloc", e.addr, e.bytes, Category::Unknown, e.stream);
     } else {
       auto it = segments_.find(e.addr);
-      const std::uint64_t bytes = it == segments_.end() ? e.bytes : it->second;
+      const std::uint64_t bytes = it == segments_.end() ? e.bytes : it->second.first;
       if (it != segments_.end()) segments_.erase(it);
       write_segment_entry("segment_free", e.addr, bytes, Category::Unknown, e.stream);
     }
@@ -363,7 +365,7 @@ class DevicePass {
   std::uint64_t live_bytes_ = 0;
   std::vector<std::uint32_t> phase_stack_;
   absl::flat_hash_map<std::uint64_t, LiveInfo> live_;
-  std::map<std::uint64_t, std::uint64_t> segments_;
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> segments_;  // addr -> (bytes, stream)
   std::vector<Annotation> annotations_;
   std::map<std::string, std::string> metadata_;
 };
@@ -382,7 +384,7 @@ void write_segment(PickleWriter& w, const SegmentOut& s) {
   w.key("allocated_size").unsigned_integer(allocated);
   w.key("active_size").unsigned_integer(allocated);
   w.key("requested_size").unsigned_integer(requested);
-  w.key("stream").integer(0);
+  w.key("stream").unsigned_integer(s.stream);
   w.key("segment_type").str(s.total_size <= kSmallSegmentBytes ? "small" : "large");
   w.key("segment_pool_id").begin_tuple().integer(0).integer(0).end_tuple();
   w.key("is_expandable").boolean(false);

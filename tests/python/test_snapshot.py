@@ -277,7 +277,7 @@ def torch_like_snapshot() -> dict:
 
     def entry(action, addr, size, t, frames):
         return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t,
-                "compile_context": "N/A", "user_metadata": "", "frames": frames}
+                "compile_context": "N/A", "user_metadata": "", "pool_id": (0, 0), "frames": frames}
 
     trace = [
         entry("segment_alloc", base, 2097152, 1_700_000_000_000_000, init),
@@ -297,13 +297,14 @@ def torch_like_snapshot() -> dict:
     ]
     live = [(base, 4096, 4000, init), (base + 4096, 4096, 4000, adam_init),
             (base + 8192, 4096, 4000, adam_init), (base + 45056, 4096, 4000, bwd)]
+    states = ["active_allocated", "active_allocated", "active_awaiting_free", "active_allocated"]
     blocks, at = [], base
-    for addr, size, requested, frames in live:
+    for (addr, size, requested, frames), state in zip(live, states):
         if addr > at:
             blocks.append({"address": at, "size": addr - at, "requested_size": 0, "state": "inactive",
                            "frames": []})
         blocks.append({"address": addr, "size": size, "requested_size": requested,
-                       "state": "active_allocated", "frames": frames})
+                       "state": state, "frames": frames})
         at = addr + size
     blocks.append({"address": at, "size": base + 2097152 - at, "requested_size": 0,
                    "state": "inactive", "frames": []})
