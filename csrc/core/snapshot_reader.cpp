@@ -124,7 +124,8 @@ Entry read_entry(const PickleValue& t, const std::string& where) {
   } else {
     e.addr = uint_field(t, "addr", where);
   }
-  e.size = uint_field(t, "size", where);
+  // torch's annotate entries (_annotate_tensor) need not carry a size
+  e.size = e.action == Action::Annotate ? opt_uint(t, "size", where).value_or(0) : uint_field(t, "size", where);
   e.stream = opt_uint(t, "stream", where).value_or(0);
   e.time_us = opt_uint(t, "time_us", where).value_or(0);
   e.block_size = opt_uint(t, "block_size", where);
