@@ -122,9 +122,10 @@ inline ridgescope::AllocatorAction::Kind allocator_action_kind(const std::string
   if (name == "free" || name == "free_completed") return K::Free;
   if (name == "empty_cache") return K::EmptyCache;
   if (name == "segment_alloc" || name == "segment_map") return K::SegmentHint;
+  if (name == "segment_free" || name == "segment_unmap") return K::ReleaseSegment;
   throw py::value_error("unknown allocator action '" + name +
-                        "' (alloc, free, free_completed, empty_cache, segment_alloc or "
-                        "segment_map)");
+                        "' (alloc, free, free_completed, empty_cache, segment_alloc, "
+                        "segment_map, segment_free or segment_unmap)");
 }
 
 inline void bind_allocator_model(py::module_& m) {
@@ -263,7 +264,8 @@ inline void bind_allocator_model(py::module_& m) {
       py::arg("timeline_points") = 0, py::arg("keep_segment_events") = true,
       "Replay (action, address, nbytes, stream) tuples, e.g. a torch snapshot's alloc and "
       "free_completed entries (segment_alloc / segment_map entries place the model's next "
-      "segment at the recorded address); time_ns of the timeline is the action index.");
+      "segment at the recorded address, segment_free / segment_unmap release the cached "
+      "segment there); time_ns of the timeline is the action index.");
 }
 
 }  // namespace ridgescope_bindings

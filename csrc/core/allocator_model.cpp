@@ -964,6 +964,31 @@ struct AllocatorModel::Impl {
     return call_released_bytes;
   }
 
+  std::uint64_t release_at(std::uint64_t address) {
+    call_released_bytes = 0;
+    for (Pool* p : {&small, &large}) {
+      Block* found = nullptr;
+      for (Block* b : p->blocks) {
+        // torch records a segment's base for cudaFree, the first unmapped page for an unmap
+        const bool hit = b->expandable() ? (b->addr <= address && address - b->addr < b->size)
+                                         : b->addr == address;
+        if (hit) {
+          found = b;
+          break;
+        }
+      }
+      if (!found) continue;
+      if (found->expandable()) {
+        unmap_block(found);
+        if (!found->mapped && !found->prev && !found->next) release_expandable_segment(found);
+      } else if (!found->is_split()) {
+        release_block(found);
+      }
+      break;
+    }
+    return call_released_bytes;
+  }
+
   // All blocks grouped by segment, in address order.
   std::vector<AllocatorSegmentInfo> snapshot() const {
     std::vector<const Block*> all;
@@ -1090,6 +1115,13 @@ void AllocatorModel::record_segment_events(bool enabled) noexcept { impl_->recor
 void AllocatorModel::hint_next_segment_address(std::uint64_t address) noexcept {
   impl_->segment_hint = address;
 }
+std::uint64_t AllocatorModel::release_cached_segment(std::uint64_t address) noexcept {
+  try {
+    return impl_->release_at(address);
+  } catch (...) {
+    return 0;
+  }
+}
 const std::vector<AllocatorSegmentEvent>& AllocatorModel::segment_events() const noexcept {
   return impl_->events;
 }
@@ -1177,6 +1209,9 @@ class Replayer {
       case AllocatorAction::Kind::SegmentHint:
         model_.hint_next_segment_address(a.address);
         break;
+      case AllocatorAction::Kind::ReleaseSegment:
+        model_.release_cached_segment(a.address);
+        break;
     }
     const std::uint64_t alloc = model_.allocated_bytes();
     const std::uint64_t res = model_.reserved_bytes();
@@ -1239,12 +1274,35 @@ ReplayResult replay_trace_through_allocator(const std::string& trace_path,
   }
   absl::flat_hash_map<std::uint64_t, std::uint64_t> recorded;  // addr -> recorded bytes
   std::uint64_t recorded_live = 0;
+  // What-if replay: a run of recorded segment releases not followed by a segment allocation
+  // (which would make it the release-and-retry of a request) is an empty_cache() call.
+  bool pending_release = false;
+  std::uint64_t pending_time = 0;
+  auto flush_release = [&] {
+    if (!pending_release) return;
+    pending_release = false;
+    AllocatorAction a;
+    a.kind = AllocatorAction::Kind::EmptyCache;
+    a.time_ns = pending_time;
+    r.apply(a);
+  };
   Event e;
   while (reader.next(e)) {
     if (e.device != device) continue;
-    if (e.kind == EventKind::SegmentAlloc && options.use_recorded_segment_addresses) {
+    if (!options.use_recorded_segment_addresses) {
+      if (e.kind == EventKind::SegmentFree) {
+        pending_release = true;
+        pending_time = e.time_ns;
+        continue;
+      }
+      if (e.kind == EventKind::SegmentAlloc || e.kind == EventKind::Oom) pending_release = false;
+      if (e.kind == EventKind::Alloc || e.kind == EventKind::Free) flush_release();
+    }
+    if ((e.kind == EventKind::SegmentAlloc || e.kind == EventKind::SegmentFree) &&
+        options.use_recorded_segment_addresses) {
       AllocatorAction hint;
-      hint.kind = AllocatorAction::Kind::SegmentHint;
+      hint.kind = e.kind == EventKind::SegmentAlloc ? AllocatorAction::Kind::SegmentHint
+                                                    : AllocatorAction::Kind::ReleaseSegment;
       hint.address = e.addr;
       hint.time_ns = e.time_ns;
       r.apply(hint);
@@ -1275,6 +1333,7 @@ ReplayResult replay_trace_through_allocator(const std::string& trace_path,
     }
     r.apply(a);
   }
+  flush_release();
   ReplayResult out = r.finish();
   out.truncated = reader.truncated();
   out.problem = reader.problem();

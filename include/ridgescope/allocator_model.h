@@ -209,6 +209,12 @@ class AllocatorModel {
   // best-fit ties between equal free blocks fall as they fell in the recorded run.
   void hint_next_segment_address(std::uint64_t address) noexcept;
 
+  // Releases what torch releases for a cached block starting at `address`: a wholly free,
+  // unsplit segment is freed (cudaFree); in an expandable segment, the whole free pages of the
+  // free block at `address` are unmapped. Returns the bytes released (0: nothing there is
+  // releasable). Used to replay a recorded run's releases one by one.
+  std::uint64_t release_cached_segment(std::uint64_t address) noexcept;
+
   // Segment events are kept only when enabled (replay of a snapshot compares them).
   void record_segment_events(bool enabled) noexcept;
   const std::vector<AllocatorSegmentEvent>& segment_events() const noexcept;
@@ -227,7 +233,10 @@ struct AllocatorAction {
   // SegmentHint: the recorded run reserved a segment at `address` here (a snapshot's
   // segment_alloc, or the first segment_map of an expandable segment): see
   // AllocatorModel::hint_next_segment_address. It changes no bytes.
-  enum class Kind : std::uint8_t { Alloc, Free, EmptyCache, SegmentHint };
+  // ReleaseSegment: the recorded run released the cached segment (or unmapped the free pages)
+  // at `address` here, whatever the cause (empty_cache, release-and-retry, garbage
+  // collection): see AllocatorModel::release_cached_segment.
+  enum class Kind : std::uint8_t { Alloc, Free, EmptyCache, SegmentHint, ReleaseSegment };
   Kind kind = Kind::Alloc;
   std::uint64_t address = 0;  // the recorded block address: identifies the allocation
   std::uint64_t bytes = 0;    // alloc: the requested bytes
@@ -250,8 +259,9 @@ struct ReplayOptions {
   // CPU; -1 = the CPU; n >= 0 = cuda:n.
   int device = -2;
   bool keep_segment_events = false;  // copy the model's segment events into the result
-  // Trace replay: place the model's segments at the trace's SegmentAlloc addresses (use when
-  // replaying with the settings the run had, to reproduce it; pointless for a what-if).
+  // Trace replay: place the model's segments at the trace's SegmentAlloc addresses and
+  // release them at its SegmentFree events (use when replaying with the settings the run had,
+  // to reproduce it; not for a what-if).
   bool use_recorded_segment_addresses = false;
 };
 
@@ -282,7 +292,10 @@ ReplayResult replay_allocator_actions(const std::vector<AllocatorAction>& action
 
 // Replays a ridgescope trace's alloc/free events (one device, see ReplayOptions::device)
 // through a fresh model. The request is the event's requested_bytes (its bytes where the
-// source records no request). Throws TraceError for a file that is not a trace.
+// source records no request). A run of recorded segment releases that no segment allocation
+// follows (so not a release-and-retry) replays as empty_cache(); with
+// use_recorded_segment_addresses every recorded release replays at its address instead.
+// Throws TraceError for a file that is not a trace.
 ReplayResult replay_trace_through_allocator(const std::string& trace_path,
                                             const AllocatorSettings& settings,
                                             const ReplayOptions& options = {});

@@ -161,7 +161,9 @@ def replay_actions(actions: Iterable[Sequence[Any]], alloc_conf: str = "",
     ``alloc`` / ``free_completed`` entries of a torch snapshot's ``device_traces`` (action is
     "alloc", "free", "free_completed" or "empty_cache"; "segment_alloc" or "segment_map" places
     the next segment the model creates at the recorded address, so that best-fit ties between
-    equal blocks fall as in the recorded run). The result is :func:`simulate`'s dict
+    equal blocks fall as in the recorded run; "segment_free" or "segment_unmap" releases the
+    model's cached segment, or unmaps the free pages, at that address). The result is
+    :func:`simulate`'s dict
     plus ``segment_events``, the segment changes the model made (``segment_alloc``,
     ``segment_free``, ``segment_map``, ``segment_unmap``) with ``reserved_after`` each, to be
     compared with the snapshot's own segment entries. Timeline indices are action indices."""
@@ -177,16 +179,22 @@ def replay_actions(actions: Iterable[Sequence[Any]], alloc_conf: str = "",
         raise _settings_error(exc) from None
 
 
+_SEGMENT_ACTIONS = ("segment_alloc", "segment_map", "segment_free", "segment_unmap")
+
+
 def actions_from_snapshot(snapshot: dict[str, Any], device: int = 0, *,
                           segment_addresses: bool = True) -> list[tuple[str, int, int, int]]:
     """The alloc/free sequence of a torch memory snapshot (``torch.cuda.memory._snapshot()``
-    dict with ``device_traces``), for :func:`replay_actions`. A run of segment_free or
-    segment_unmap entries not followed by the segment_alloc / segment_map / oom of a retried
-    request is where torch.cuda.empty_cache() ran; it becomes an "empty_cache" action (an
-    empty_cache directly followed by a request that makes a new segment is taken for a retry:
-    the known limit of this reading). With ``segment_addresses``, each segment_alloc (and
-    segment_map) is kept as a hint placing the model's segment at the recorded address. Blocks
-    live before the trace began are ignored (their frees count as unmatched)."""
+    dict with ``device_traces``), for :func:`replay_actions`.
+
+    With ``segment_addresses`` (the default), the segment entries are kept: segment_alloc /
+    segment_map place the model's next segment at the recorded address, segment_free /
+    segment_unmap release the model's cached segment (or free pages) at that address, so every
+    release torch made (empty_cache, release-and-retry, garbage collection) is replayed as it
+    happened. Without it, a run of segment_free / segment_unmap entries not followed by the
+    segment_alloc / segment_map / oom of a retried request becomes an "empty_cache" action (an
+    empty_cache directly followed by a request that makes a new segment is then taken for a
+    retry). Blocks live before the trace began are ignored (their frees count as unmatched)."""
     traces = snapshot.get("device_traces")
     if not isinstance(traces, list) or device >= len(traces):
         raise TraceFormatError(f"the snapshot has no device_traces for device {device}")
@@ -200,7 +208,7 @@ def actions_from_snapshot(snapshot: dict[str, Any], device: int = 0, *,
             out.append(("alloc", int(e["addr"]), int(e["size"]), int(e.get("stream", 0))))
         elif action == "free_completed":
             out.append(("free", int(e["addr"]), int(e["size"]), int(e.get("stream", 0))))
-        elif action in ("segment_alloc", "segment_map") and segment_addresses:
+        elif action in _SEGMENT_ACTIONS and segment_addresses:
             out.append((action, int(e["addr"]), int(e["size"]), int(e.get("stream", 0))))
         elif action in ("segment_free", "segment_unmap"):
             # A release inside malloc's retry is followed by the segment_alloc/map or oom of
@@ -215,3 +223,65 @@ def actions_from_snapshot(snapshot: dict[str, Any], device: int = 0, *,
             continue
         i += 1
     return out
+
+
+_SEGMENT_SIGN = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
+
+
+def compare_with_snapshot(snapshot: dict[str, Any], device: int = 0,
+                          alloc_conf: "str | None" = None,
+                          capacity: "int | str | None" = None) -> dict[str, Any]:
+    """Replays a torch memory snapshot's alloc/free sequence through the model and compares
+    the model's segment changes with the recorded ones, one by one (issue 7, item 2).
+
+    The settings are the snapshot's ``allocator_settings["PYTORCH_CUDA_ALLOC_CONF"]`` unless
+    ``alloc_conf`` is given; ``capacity`` (None: unlimited) matters only if the run released
+    cached memory to retry a request. The snapshot must cover the run from its first CUDA
+    allocation. Returns a dict: ``recorded_segment_events`` and ``model_segment_events``
+    (counts), ``matching_prefix`` (how many agree in action, bytes and reserved bytes after),
+    ``exact`` (all agree), ``first_mismatch`` (index, recorded, model; None when exact),
+    ``recorded_peak_reserved_bytes`` / ``model_peak_reserved_bytes``,
+    ``recorded_segment_count`` (segments in the snapshot) / ``model_segment_count``, and the
+    replay's ``unmatched_frees`` and ``failed_allocs``."""
+    traces = snapshot.get("device_traces")
+    if not isinstance(traces, list) or device >= len(traces):
+        raise TraceFormatError(f"the snapshot has no device_traces for device {device}")
+    if alloc_conf is None:
+        settings = snapshot.get("allocator_settings") or {}
+        alloc_conf = str(settings.get("PYTORCH_CUDA_ALLOC_CONF") or "")
+    recorded = []
+    reserved = 0
+    for e in traces[device]:
+        sign = _SEGMENT_SIGN.get(e.get("action"))
+        if sign is None:
+            continue
+        reserved += sign * int(e["size"])
+        recorded.append((e["action"], int(e["size"]), reserved))
+    r = replay_actions(actions_from_snapshot(snapshot, device), alloc_conf, capacity)
+    model = [(e["action"], e["bytes"], e["reserved_after"]) for e in r["segment_events"]]
+    prefix = 0
+    while prefix < min(len(recorded), len(model)) and recorded[prefix] == model[prefix]:
+        prefix += 1
+    exact = prefix == len(recorded) == len(model)
+    mismatch = None
+    if not exact:
+        mismatch = {"index": prefix,
+                    "recorded": recorded[prefix] if prefix < len(recorded) else None,
+                    "model": model[prefix] if prefix < len(model) else None}
+    segments = [s for s in snapshot.get("segments", []) if int(s.get("device", device)) == device]
+    return {
+        "alloc_conf": alloc_conf,
+        "recorded_segment_events": len(recorded),
+        "model_segment_events": len(model),
+        "matching_prefix": prefix,
+        "exact": exact,
+        "first_mismatch": mismatch,
+        "recorded_peak_reserved_bytes": max((x[2] for x in recorded), default=0),
+        "model_peak_reserved_bytes": r["peak_reserved_bytes"],
+        "recorded_reserved_bytes": sum(int(s["total_size"]) for s in segments),
+        "model_reserved_bytes": r["final"]["reserved_bytes"],
+        "recorded_segment_count": len(segments),
+        "model_segment_count": r["segment_count"],
+        "unmatched_frees": r["unmatched_frees"],
+        "failed_allocs": r["failed_allocs"],
+    }

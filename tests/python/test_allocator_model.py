@@ -13,8 +13,9 @@ import torch
 
 import ridgescope as rs
 from ridgescope import _C
-from ridgescope._allocator_model import (AllocatorModel, actions_from_snapshot, parse_alloc_conf,
-                                         replay_actions, round_size, simulate)
+from ridgescope._allocator_model import (AllocatorModel, actions_from_snapshot,
+                                         compare_with_snapshot, parse_alloc_conf, replay_actions,
+                                         round_size, simulate)
 from ridgescope.cli import main as cli_main
 from conftest import make_mlp, mlp_batch, mlp_loss, train
 
@@ -158,8 +159,9 @@ def test_simulate_refuses_bad_input(tmp_path):
 
 
 def test_snapshot_actions_replay_and_empty_cache_detection():
-    """A snapshot's device trace: an empty_cache between two requests becomes an empty_cache
-    action; a release inside a retried request (followed by segment_alloc) does not."""
+    """A snapshot's device trace, without segment addresses: an empty_cache between two
+    requests becomes an empty_cache action; a release followed by segment_alloc is read as a
+    retry. With them, the model's segments and releases follow the recorded addresses."""
     A, B, C = 0x100000000, 0x200000000, 0x300000000
     trace = [
         {"action": "segment_alloc", "addr": A, "size": 20 * MiB},
@@ -180,13 +182,55 @@ def test_snapshot_actions_replay_and_empty_cache_detection():
                                                           "segment_alloc"]
     assert [e["reserved_after"] for e in r["segment_events"]] == [20 * MiB, 0, 2 * MiB]
     # With the recorded segment addresses, the model's segments sit where torch put them.
+    # ... and torch's release, whatever its cause, is replayed where it happened.
     hinted = actions_from_snapshot({"device_traces": [trace]})
-    assert [a[0] for a in hinted] == ["segment_alloc", "alloc", "free", "segment_alloc", "alloc"]
+    assert [a[0] for a in hinted] == ["segment_alloc", "alloc", "free", "segment_free",
+                                      "segment_alloc", "alloc"]
     r = replay_actions(hinted)
     assert [(e["action"], e["address"], e["bytes"]) for e in r["segment_events"]] == [
-        ("segment_alloc", A, 20 * MiB), ("segment_alloc", B, 2 * MiB)]
+        ("segment_alloc", A, 20 * MiB), ("segment_free", A, 20 * MiB),
+        ("segment_alloc", B, 2 * MiB)]
     with pytest.raises(rs.TraceFormatError):
         actions_from_snapshot({"segments": []})
+
+
+def _snapshot(second_segment_bytes: int) -> dict:
+    """A torch snapshot of a short run under default settings, written out by hand from torch's
+    rules: 4 MiB and 6 MiB share a 20 MiB segment, 11 MiB gets a 12 MiB segment, then
+    empty_cache() releases the wholly free 20 MiB segment."""
+    A, B = 0x100000000, 0x200000000
+    trace = [
+        {"action": "segment_alloc", "addr": A, "size": 20 * MiB, "stream": 0},
+        {"action": "alloc", "addr": A, "size": 4 * MiB, "stream": 0},
+        {"action": "alloc", "addr": A + 4 * MiB, "size": 6 * MiB, "stream": 0},
+        {"action": "free_requested", "addr": A, "size": 4 * MiB, "stream": 0},
+        {"action": "free_completed", "addr": A, "size": 4 * MiB, "stream": 0},
+        {"action": "segment_alloc", "addr": B, "size": second_segment_bytes, "stream": 0},
+        {"action": "alloc", "addr": B, "size": 11 * MiB, "stream": 0},
+        {"action": "free_completed", "addr": A + 4 * MiB, "size": 6 * MiB, "stream": 0},
+        {"action": "segment_free", "addr": A, "size": 20 * MiB, "stream": 0},
+        {"action": "free_completed", "addr": B, "size": 11 * MiB, "stream": 0},
+    ]
+    segments = [{"device": 0, "address": B, "total_size": second_segment_bytes,
+                 "segment_type": "large", "blocks": []}]
+    return {"segments": segments, "device_traces": [trace],
+            "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": ""}}
+
+
+def test_compare_with_snapshot_reproduces_every_segment_event():
+    """Given a snapshot whose segments follow torch's rules, the model reproduces reserved bytes
+    at every segment event and the segment count; given one that does not, the first
+    disagreeing event is named."""
+    c = compare_with_snapshot(_snapshot(12 * MiB))
+    assert c["exact"] and c["first_mismatch"] is None
+    assert (c["recorded_segment_events"], c["model_segment_events"]) == (3, 3)
+    assert c["model_peak_reserved_bytes"] == c["recorded_peak_reserved_bytes"] == 32 * MiB
+    assert c["model_reserved_bytes"] == c["recorded_reserved_bytes"] == 12 * MiB
+    assert c["model_segment_count"] == c["recorded_segment_count"] == 1
+    wrong = compare_with_snapshot(_snapshot(14 * MiB))
+    assert not wrong["exact"] and wrong["matching_prefix"] == 1
+    assert wrong["first_mismatch"] == {"index": 1, "recorded": ("segment_alloc", 14 * MiB, 34 * MiB),
+                                       "model": ("segment_alloc", 12 * MiB, 32 * MiB)}
 
 
 def test_whatif_cli_compares_settings(cpu_trace, capsys):

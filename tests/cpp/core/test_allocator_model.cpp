@@ -652,3 +652,86 @@ SCENARIO("recorded segment addresses decide best-fit ties as in the recorded run
     }
   }
 }
+
+SCENARIO("a recorded run's releases replay one by one", "[core][allocator_model][replay]") {
+  GIVEN("two cached segments and one in use") {
+    AllocatorModel m;
+    m.malloc(1, 40 * MiB);
+    m.malloc(2, 30 * MiB);
+    m.malloc(3, 12 * MiB);
+    m.free(1);
+    m.free(2);
+    const std::uint64_t second = Base + 40 * MiB;
+    THEN("releasing the one at a segment's address frees only that segment") {
+      CHECK(m.release_cached_segment(second) == 30 * MiB);
+      CHECK(m.reserved_bytes() == 52 * MiB);
+      CHECK(m.release_cached_segment(second) == 0);            // gone
+      CHECK(m.release_cached_segment(Base + 70 * MiB) == 0);   // in use
+      CHECK(m.release_cached_segment(Base + 1 * MiB) == 0);    // not a segment start
+    }
+  }
+  GIVEN("an expandable segment with a free block over a whole page") {
+    AllocatorModel m(conf("expandable_segments:True"));
+    m.malloc(1, 10 * MiB);
+    m.malloc(2, 30 * MiB);  // [1:10][2:30] in pages [0,20) [20,40)
+    m.free(2);              // free [10, 40): page [20, 40) is wholly free
+    THEN("the unmap torch records at the page start releases that page") {
+      CHECK(m.release_cached_segment(Base + 20 * MiB) == 20 * MiB);
+      CHECK(m.reserved_bytes() == 20 * MiB);
+    }
+  }
+}
+
+SCENARIO("a CUDA trace replays with its own segment addresses and releases",
+         "[core][allocator_model][replay]") {
+  testing::TempPath path;
+  {
+    testing::TraceBuilder t(path.str(), Device{DeviceType::CUDA, 0});
+    t.segment(0x300000000, 20 * MiB).alloc(0x300000000, 4 * MiB).free(0x300000000, 4 * MiB);
+    Event release;  // empty_cache() in the recorded run
+    release.kind = EventKind::SegmentFree;
+    release.device = Device{DeviceType::CUDA, 0};
+    release.addr = 0x300000000;
+    release.bytes = 20 * MiB;
+    t.recorder().record(release);
+    t.segment(0x100000000, 2 * MiB).alloc(0x100000000, 1000);
+    t.close();
+  }
+  ReplayOptions opts;
+  opts.keep_segment_events = true;
+  opts.use_recorded_segment_addresses = true;
+  const ReplayResult r = replay_trace_through_allocator(path.str(), AllocatorSettings{}, opts);
+  REQUIRE(r.segment_events.size() == 3);
+  CHECK(r.segment_events[0].address == 0x300000000);
+  CHECK(r.segment_events[1].kind == AllocatorSegmentEvent::Kind::Free);
+  CHECK(r.segment_events[1].reserved_after == 0);
+  CHECK(r.segment_events[2].address == 0x100000000);
+  CHECK(r.final_stats.reserved_bytes == 2 * MiB);
+  opts.use_recorded_segment_addresses = false;
+  const ReplayResult whatif = replay_trace_through_allocator(path.str(), AllocatorSettings{}, opts);
+  // A what-if replays the recorded release as the empty_cache() it was, but the next
+  // segment_alloc directly after it makes it look like a retry: kept (the documented limit).
+  CHECK(whatif.final_stats.reserved_bytes == 22 * MiB);
+}
+
+SCENARIO("a what-if replays a recorded empty_cache() between requests",
+         "[core][allocator_model][replay]") {
+  testing::TempPath path;
+  {
+    testing::TraceBuilder t(path.str(), Device{DeviceType::CUDA, 0});
+    t.segment(0x300000000, 20 * MiB).alloc(0x300000000, 4 * MiB).free(0x300000000, 4 * MiB);
+    Event release;
+    release.kind = EventKind::SegmentFree;
+    release.device = Device{DeviceType::CUDA, 0};
+    release.addr = 0x300000000;
+    release.bytes = 20 * MiB;
+    t.recorder().record(release);
+    t.free(0x999000000, 512);  // any allocator event that is not a segment allocation
+    t.segment(0x100000000, 2 * MiB).alloc(0x100000000, 1000);
+    t.close();
+  }
+  const ReplayResult r =
+      replay_trace_through_allocator(path.str(), conf("expandable_segments:True"), {});
+  CHECK(r.final_stats.reserved_bytes == 2 * MiB);  // the 20 MiB page was unmapped
+  CHECK(r.final_stats.peak_reserved_bytes == 20 * MiB);
+}
