@@ -305,3 +305,46 @@ SCENARIO("snapshots with wrong content are refused with a message naming the pla
   TempPath missing(".pickle");
   CHECK_THROWS_AS(analyze_snapshot(missing.str()), SnapshotError);
 }
+
+SCENARIO("a block whose category changes while live is exported with an annotate entry", "[core][snapshot]") {
+  GIVEN("a block tagged as an activation, re-tagged as a gradient later, then a peak") {
+    TempPath trace, pickle(".pickle");
+    {
+      TraceBuilder t(trace.str());
+      t.at(1000).begin("backward");
+      t.alloc(0x1000, 4096).tag(0x1000, Category::Activation, "h");
+      t.alloc(0x2000, 1024).free(0x2000);
+      t.tag(0x1000, Category::Gradient, "grad of w");
+      t.alloc(0x3000, 2048);
+      t.end("backward");
+      t.close();
+    }
+    write_snapshot(trace.str(), pickle.str());
+    const auto parsed = detail::parse_pickle(slurp(pickle.str()));
+    const auto& entries = parsed.root.get("device_traces")->list()[0].list();
+    THEN("the annotate entry carries the new category and label, after the temporary") {
+      std::size_t found = 0;
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        if (s(entries[i], "action") != "annotate") continue;
+        ++found;
+        CHECK(u(entries[i], "addr") == 0x1000);
+        CHECK(s(entries[i], "category") == "gradient");
+        CHECK(s(*entries[i].get("user_metadata"), "label") == "grad of w");
+        CHECK(s(entries[i - 1], "action") == "segment_free");  // of the temporary
+      }
+      CHECK(found == 1);
+    }
+    THEN("reading it back gives the same composition at the peak and at the end") {
+      const Report a = analyze_trace(trace.str());
+      const Report b = analyze_snapshot(pickle.str());
+      CHECK(a.peak.bytes == 4096 + 2048);
+      // the re-tagged block, and the unlabelled one made in backward and kept (a lifetime rule)
+      CHECK(cat(a.peak.by_category, Category::Gradient) == 4096 + 2048);
+      CHECK(cat(a.peak.inferred_by_category, Category::Gradient) == 2048);
+      CHECK(b.peak.inferred_by_category == a.peak.inferred_by_category);
+      CHECK(b.peak.bytes == a.peak.bytes);
+      CHECK(b.peak.by_category == a.peak.by_category);
+      CHECK(b.final_by_category == a.final_by_category);
+    }
+  }
+}
