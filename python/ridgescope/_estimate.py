@@ -311,8 +311,13 @@ class _StorageWatcher(TorchDispatchMode):
                     self._host[key] = weakref.ref(st, lambda _r, k=key: self._host.pop(k, None))
 
     def _all_host(self, args: Any, kwargs: Any) -> bool:
-        tensors = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
-        return bool(tensors) and all(id(t.untyped_storage()) in self._host for t in tensors)
+        found = False
+        for a in tree_flatten((args, kwargs))[0]:
+            if isinstance(a, torch.Tensor):  # host tensors here are scalars: a cheap first test
+                if a.dim() > 0 or id(a.untyped_storage()) not in self._host:
+                    return False
+                found = True
+        return found
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
