@@ -24,6 +24,7 @@ import itertools
 import json
 import math
 import os
+import sys
 import tempfile
 import threading
 import warnings
@@ -129,13 +130,14 @@ class _DryNative:
     def sample_allocator(self) -> None:
         self._event("sample", string_id=self.sample_name, value=self.live)
 
-    def close(self) -> None:
+    def close(self, check: bool = True) -> None:
+        """Ends the trace as a tracked run ends it. Safe to call twice."""
         if self.active:
             self.sample_allocator()
-            self.metadata("session", json.dumps(self.stats()))  # as a tracked run ends
+            self.metadata("session", json.dumps(self.stats()))
             self.active = False
             self._w.close()
-            if self._w.failed:
+            if check and self._w.failed:
                 raise RidgescopeError(f"could not write the dry run's trace: {self._w.error}")
 
     # -- storages
@@ -499,7 +501,6 @@ def _cuda_optimizer_defaults(enabled: bool) -> Iterator[None]:
             return False, False
         return False, not use_fused
 
-    import sys
     modules = [om] + [m for m in (sys.modules.get(f"torch.optim.{n}") for n in
                                   ("adam", "adamw", "sgd", "_adafactor", "rmsprop", "adagrad",
                                    "nadam", "radam", "adamax", "asgd", "rprop", "adadelta"))
@@ -538,6 +539,9 @@ def _dry_run(make_model: Callable[..., Any], make_optimizer: Callable[..., Any],
     if _session.active_session() is not None:
         raise RidgescopeError("rs.estimate cannot run inside rs.track (the dry run installs "
                               "the same hooks); call it outside the tracked block")
+    if dtype_policy not in DTYPE_POLICIES:
+        raise ValueError(f"rs.estimate: unknown dtype_policy {dtype_policy!r} "
+                         f"(one of {', '.join(str(p) for p in DTYPE_POLICIES)})")
     cuda = device.startswith("cuda")
     allocator = _new_allocator_model(alloc_conf, None) if cuda else None
     limited = (_new_allocator_model(alloc_conf, capacity)
@@ -551,9 +555,6 @@ def _dry_run(make_model: Callable[..., Any], make_optimizer: Callable[..., Any],
                         DEFAULT_CUDA_WORKSPACE if workspace_bytes is None else workspace_bytes)
     low = {"bf16": torch.bfloat16, "fp16": torch.float16, "bf16-autocast": torch.bfloat16,
            "fp16-autocast": torch.float16}.get(dtype_policy or "")
-    if dtype_policy not in DTYPE_POLICIES:
-        raise ValueError(f"rs.estimate: unknown dtype_policy {dtype_policy!r} "
-                         f"(one of {', '.join(str(p) for p in DTYPE_POLICIES)})")
     autocast = dtype_policy is not None and dtype_policy.endswith("-autocast")
     loss_fn = loss_fn or default_loss
     watcher = _StorageWatcher(native)
@@ -596,17 +597,19 @@ def _dry_run(make_model: Callable[..., Any], make_optimizer: Callable[..., Any],
                 if instr.failed:
                     raise RidgescopeError(f"the dry run failed: {instr.error}")
             instr.remove()
-    except RidgescopeError:
-        raise
-    except Exception as exc:
+    except BaseException as exc:
+        if instr is not None:
+            instr.remove()
+        native.close(check=False)
+        if tmp is not None:
+            os.unlink(tmp)
+        if isinstance(exc, RidgescopeError) or not isinstance(exc, Exception):
+            raise
         raise RidgescopeError(
             f"the dry run failed: {type(exc).__name__}: {exc} (the callables must run under "
             "fake tensors: no .item(), .tolist(), data-dependent shapes or real data; build "
             "tensors on the default device, see docs/fit.md)") from exc
-    finally:
-        if instr is not None:
-            instr.remove()
-        native.close()
+    native.close()
     try:
         report = Report.from_trace(trace)
     finally:

@@ -225,8 +225,14 @@ def test_bad_arguments_are_clear_errors():
     def data_dependent():  # .item() has no value under fake tensors
         x = torch.randn(4, 128)
         return x[: int(x.sum().item() > 0) + 1], torch.zeros(2, dtype=torch.long)
+    import glob, tempfile
+    pattern = f"{tempfile.gettempdir()}/ridgescope-fit-*.rstrace"
+    before = set(glob.glob(pattern))
     with pytest.raises(rs.RidgescopeError, match="fake tensors"):
         rs.estimate(make_mlp, adamw, data_dependent, device="cpu")
+    assert set(glob.glob(pattern)) <= before  # the failed run's trace is removed
+    assert rs.active_session() is None
+    assert rs.estimate(make_mlp, adamw, lambda: mlp_batch(4, 0), device="cpu").fits  # hooks gone
 
 
 def test_fit_cli_on_a_builtin_spec_and_on_a_spec_file(tmp_path, capsys):
