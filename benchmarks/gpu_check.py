@@ -588,7 +588,10 @@ def main() -> int:
         if want("history"):
             section("history", lambda: history(w, args.steps, args.out))
         if want("overhead"):
-            section("overhead", lambda: overhead(w, rounds=5, steps=10, out=args.out, cuda=True))
+            # A step of realistic size (~20 TFLOP, tens of ms): the CPU work of tracking runs
+            # while the GPU executes the step's kernels, as it does in real training.
+            big = Workload("cuda", vocab=8192, d_model=1024, heads=16, layers=8, seq=1024, batch=32)
+            section("overhead", lambda: overhead(big, rounds=5, steps=10, out=args.out, cuda=True))
         if want("snapshot"):
             section("snapshot", lambda: small_snapshot(args.out))
         if want("ooms"):
