@@ -115,7 +115,10 @@ class SettingsParser {
   bool run(std::string* error) {
     while (i_ < t_.size()) {
       const std::string key = t_[i_++];
-      if (key == "," ) continue;  // tolerate empty items ("a:1,,b:2")
+      if (key == "," || key == ":" || key == "[" || key == "]") {
+        err_ = "expected an option name, found '" + key + "'";
+        return fail(error);
+      }
       if (!expect(":", "after option '" + key + "'")) return fail(error);
       if (!option(key)) return fail(error);
       if (i_ < t_.size() && !expect(",", "after the value of '" + key + "'")) return fail(error);
@@ -268,7 +271,7 @@ class SettingsParser {
       return fraction(key, 0.0, true, 1.0, true, &s_->garbage_collection_threshold);
     }
     if (key == "per_process_memory_fraction") {
-      return fraction(key, 0.0, true, 1.0, false, &s_->per_process_memory_fraction);
+      return fraction(key, 0.0, false, 1.0, false, &s_->per_process_memory_fraction);
     }
     if (key == "roundup_power2_divisions") return roundup(key);
     if (key == "expandable_segments") return boolean(key, &s_->expandable_segments);

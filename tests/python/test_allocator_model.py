@@ -274,9 +274,14 @@ def test_settings_parse_like_torch_2_14():
     (libc10's AcceleratorAllocatorConfig) builds, and both refuse the same malformed strings."""
     good = ["roundup_power2_divisions:4", "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
             "roundup_power2_divisions:[64:8,>:2]", "roundup_power2_divisions:[1:2,16:4,>:1]",
-            "roundup_power2_divisions:[>:16]", "roundup_power2_divisions:[>:2,64:8]", "max_split_size_mb:200,roundup_power2_divisions:2"]
+            "roundup_power2_divisions:[>:16]", "roundup_power2_divisions:[>:2,64:8]",
+            "per_process_memory_fraction:0.5,large_segment_size_mb:64",
+            "release_lock_on_cudamalloc:True,pinned_num_register_threads:8", "max_split_size_mb:200,roundup_power2_divisions:2"]
     bad = ["max_split_size_mb:10", "foo:1", "expandable_segments:yes", "roundup_power2_divisions:3",
-           "garbage_collection_threshold:1.5", "large_segment_size_mb:8"]
+           "garbage_collection_threshold:1.5", "large_segment_size_mb:8",
+           "per_process_memory_fraction:1.5", "max_non_split_rounding_mb:10",
+           "expandable_segments:True,,max_split_size_mb:30", "roundup_power2_divisions:[256:3]",
+           "roundup_power2_divisions:[300:2]"]
     proc = subprocess.run([sys.executable, "-c", _TORCH_ORACLE, json.dumps(good + bad)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
