@@ -6,8 +6,8 @@
 // ("what if I set expandable_segments:True on this run?").
 //
 // Modelled exactly (the rules of torch's DeviceCachingAllocator, see docs/fit.md "The
-// allocator model"): round_size (via cuda_rounding.h) (512-byte blocks, roundup_power2_divisions), the small
-// (<= 1 MiB) and large pools, segment sizes (get_allocation_size: 2 MiB small buffers, a
+// allocator model"): round_size (512-byte blocks, roundup_power2_divisions; the rules of
+// cuda_rounding.h), the small (<= 1 MiB) and large pools, segment sizes (get_allocation_size: 2 MiB small buffers, a
 // 20 MiB buffer for 1-10 MiB requests, 2 MiB rounding above 10 MiB), best-fit search ordered
 // by (stream, size, address), should_split, max_split_size and max_non_split_rounding,
 // merging of free neighbours, per-stream pools, release_available_cached_blocks and
@@ -19,7 +19,8 @@
 // synthetic and deterministic (segments laid out upwards from kModelBaseAddress in creation
 // order, never reused), so a tie between equal-size free blocks in different segments is
 // broken by creation order where torch breaks it by the driver's address, unless the recorded
-// addresses are given (hint_next_segment_address, AllocatorAction::Kind::SegmentHint).
+// addresses are given (hint_next_segment_address, AllocatorAction::Kind::SegmentHint). A
+// recorded run's releases can be replayed one by one (release_cached_segment).
 //
 // Errors: a malformed settings string is refused by parse_allocator_settings with a message
 // naming the option. malloc/free never throw: failure is reported in the result.
