@@ -187,6 +187,9 @@ inline void bind_allocator_model(py::module_& m) {
              return out;
            },
            "The segments as torch.cuda.memory_snapshot() lists them (same keys).")
+      .def("hint_next_segment_address", &AllocatorModel::hint_next_segment_address,
+           py::arg("address"))
+      .def("release_cached_segment", &AllocatorModel::release_cached_segment, py::arg("address"))
       .def("record_segment_events", &AllocatorModel::record_segment_events, py::arg("enabled"))
       .def("segment_events",
            [](const AllocatorModel& self) {

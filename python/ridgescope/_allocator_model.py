@@ -110,6 +110,16 @@ class AllocatorModel:
     def segment_count(self) -> int:
         return self._m.segment_count
 
+    def hint_next_segment_address(self, address: int) -> None:
+        """Places the next segment this model creates at ``address`` (a recorded segment's
+        address) if it overlaps no live segment; the hint expires with the next malloc."""
+        self._m.hint_next_segment_address(int(address))
+
+    def release_cached_segment(self, address: int) -> int:
+        """Releases the wholly free cached segment at ``address`` (or unmaps the whole free
+        pages of the expandable block there), as a recorded release did; the bytes released."""
+        return self._m.release_cached_segment(int(address))
+
     def record_segment_events(self, enabled: bool = True) -> None:
         self._m.record_segment_events(enabled)
 

@@ -91,6 +91,17 @@ def test_expandable_segments_and_empty_cache():
                                                          "segment_unmap"]
 
 
+def test_recorded_addresses_and_releases():
+    m = AllocatorModel()
+    m.hint_next_segment_address(0x400000000)
+    r = m.malloc(1, 30 * MiB)
+    assert r["address"] == 0x400000000
+    assert m.release_cached_segment(0x400000000) == 0  # still in use
+    m.free(1)
+    assert m.release_cached_segment(0x400000000) == 30 * MiB
+    assert m.reserved_bytes == 0
+
+
 def test_bad_settings_raise_ridgescope_error():
     for bad, part in [("max_split_size_mb:10", ">= 20"), ("foo:1", "unknown option"),
                       ("expandable_segments:yes", "True or False")]:
