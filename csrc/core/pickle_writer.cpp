@@ -43,7 +43,7 @@ void put_long1(std::string& out, bool negative, std::uint64_t magnitude) {
 
 }  // namespace
 
-PickleWriter::PickleWriter() {
+PickleWriter::PickleWriter(bool memoize_strings) : memoize_strings_(memoize_strings) {
   out_.push_back(pickle_op::kProto);
   out_.push_back(static_cast<char>(kProtocol));
 }
@@ -132,6 +132,19 @@ PickleWriter& PickleWriter::real(double v) {
 PickleWriter& PickleWriter::str(std::string_view v) {
   if (v.size() > 0xFFFFFFFFu) throw std::length_error("pickle writer: string over 4 GiB");
   before_item();
+  if (memoize_strings_ && v.size() <= kMaxMemoString) {
+    if (auto it = memo_.find(absl::string_view(v.data(), v.size())); it != memo_.end()) {
+      if (it->second < 256) {
+        out_.push_back(pickle_op::kBinGet);
+        out_.push_back(static_cast<char>(it->second));
+      } else {
+        out_.push_back(pickle_op::kLongBinGet);
+        put_u32(out_, it->second);
+      }
+      after_item();
+      return *this;
+    }
+  }
   if (v.size() < 256) {
     out_.push_back(pickle_op::kShortBinUnicode);
     out_.push_back(static_cast<char>(v.size()));
@@ -140,6 +153,10 @@ PickleWriter& PickleWriter::str(std::string_view v) {
     put_u32(out_, static_cast<std::uint32_t>(v.size()));
   }
   out_.append(v.data(), v.size());
+  if (memoize_strings_ && v.size() <= kMaxMemoString && memo_.size() < kMaxMemoStrings) {
+    out_.push_back(pickle_op::kMemoize);
+    memo_.emplace(std::string(v), static_cast<std::uint32_t>(memo_.size()));
+  }
   after_item();
   return *this;
 }

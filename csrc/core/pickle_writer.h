@@ -4,7 +4,8 @@
 // with exactly the opcodes the memory_viz web page's unpickler (torch/utils/viz/MemoryViz.js)
 // understands: PROTO, EMPTY_DICT, EMPTY_LIST, MARK, SETITEMS, APPENDS, EMPTY_TUPLE,
 // TUPLE1-3 (tuples hold at most 3 items), BININT1, BININT2, BININT, LONG1, BINFLOAT,
-// SHORT_BINUNICODE, BINUNICODE, NEWTRUE, NEWFALSE, NONE and STOP. No memo, no FRAME, no bytes,
+// SHORT_BINUNICODE, BINUNICODE, NEWTRUE, NEWFALSE, NONE and STOP; with memoize_strings also
+// MEMOIZE, BINGET and LONG_BINGET (a repeated string is written once). No FRAME, no bytes,
 // sets, classes or 8-byte lengths. Containers are written incrementally (begin/end), so a caller can stream a large
 // snapshot: take() hands over what has been encoded so far.
 //
@@ -19,6 +20,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 
 namespace ridgescope::detail {
 
@@ -45,6 +49,9 @@ inline constexpr char kBinUnicode = 'X';
 inline constexpr char kNewTrue = '\x88';
 inline constexpr char kNewFalse = '\x89';
 inline constexpr char kNone = 'N';
+inline constexpr char kMemoize = '\x94';
+inline constexpr char kBinGet = 'h';
+inline constexpr char kLongBinGet = 'j';
 }  // namespace pickle_op
 
 class PickleWriter {
@@ -52,7 +59,12 @@ class PickleWriter {
   static constexpr std::size_t kBatch = 1000;
   static constexpr int kProtocol = 4;
 
-  PickleWriter();  // writes PROTO 4
+  // Writes PROTO 4. With memoize_strings, strings of at most kMaxMemoString bytes are memoized
+  // when first written (MEMOIZE) and fetched from the memo afterwards (BINGET, LONG_BINGET),
+  // as Python's pickler does; at most kMaxMemoStrings of them.
+  explicit PickleWriter(bool memoize_strings = false);
+  static constexpr std::size_t kMaxMemoString = 256;
+  static constexpr std::size_t kMaxMemoStrings = 1u << 20;
 
   // Scalars (also usable as dict keys).
   PickleWriter& none();
@@ -95,6 +107,8 @@ class PickleWriter {
   std::vector<Open> open_;
   bool finished_ = false;
   bool wrote_root_ = false;
+  bool memoize_strings_ = false;
+  absl::flat_hash_map<std::string, std::uint32_t> memo_;
 };
 
 }  // namespace ridgescope::detail

@@ -441,7 +441,7 @@ SnapshotWriteStats write_snapshot(const std::string& trace_path, const std::stri
 
   SnapshotWriteStats stats;
   Output out(out_path);
-  PickleWriter w;
+  PickleWriter w(/*memoize_strings=*/true);  // keys, categories, labels: written once each
   w.begin_dict();
   w.key("device_traces").begin_list();
   std::vector<SegmentOut> segments;

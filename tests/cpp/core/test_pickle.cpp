@@ -245,3 +245,34 @@ SCENARIO("hostile and broken pickles are refused with a clear error", "[core][pi
     CHECK(contains(error_of(bytes({0x80, 4, ']', '(', 'N', 'N', 'N', 'e', '.'}), small), "more than 3 values"));
   }
 }
+
+SCENARIO("a writer that memoizes strings writes each one once", "[core][pickle]") {
+  GIVEN("a list of the same string three times and another string") {
+    PickleWriter w(/*memoize_strings=*/true);
+    w.begin_list().str("alloc").str("alloc").str("free").str("alloc").end_list();
+    w.finish();
+    const std::string out = w.take();
+    THEN("the first is MEMOIZEd and the others are BINGET 0; memo ids count in order") {
+      CHECK(out == bytes({0x80, 4, ']', '(', 0x8c, 5, 'a', 'l', 'l', 'o', 'c', 0x94, 'h', 0, 0x8c, 4, 'f', 'r', 'e', 'e',
+                          0x94, 'h', 0, 'e', '.'}));
+      const PickleResult r = parse_pickle(out);
+      REQUIRE(r.root.list().size() == 4);
+      CHECK(r.root.list()[1].str() == "alloc");
+      CHECK(r.root.list()[2].str() == "free");
+      CHECK(r.root.list()[3].str() == "alloc");
+    }
+  }
+  GIVEN("more than 256 distinct strings, then the 300th again") {
+    PickleWriter w(true);
+    w.begin_list();
+    for (int i = 0; i < 300; ++i) w.str("s" + std::to_string(i));
+    w.str("s299");
+    w.end_list();
+    w.finish();
+    const std::string out = w.take();
+    THEN("it is fetched with LONG_BINGET 299") {
+      CHECK(out.substr(out.size() - 7) == bytes({'j', 0x2b, 0x01, 0, 0, 'e', '.'}));
+      CHECK(parse_pickle(out).root.list()[300].str() == "s299");
+    }
+  }
+}
