@@ -763,10 +763,13 @@ class Estimate:
 
     # ---------------------------------------------------------------- sweep
     def sweep(self, batch_size: Sequence[int] | None = None,
-              seq_len: Sequence[int] | None = None, steps: int = 1) -> "Sweep":
+              seq_len: Sequence[int] | None = None, steps: int | None = None) -> "Sweep":
         """Runs the dry run over the grid (``make_batch`` must accept ``batch_size`` and/or
         ``seq_len``) and fits the activation peak's scaling: linear in batch size and
-        ``a + b*s + c*s^2`` in sequence length (least squares)."""
+        ``a + b*s + c*s^2`` in sequence length (least squares). ``steps`` defaults to the
+        estimate's: at least two are needed for the peaks and ``fits`` (the second step's
+        forward and backward hold the optimizer state the first one created); one is enough
+        for the activation scaling alone."""
         if self._rerun is None:
             raise RidgescopeError("this estimate cannot be re-run")
         bs = list(batch_size) if batch_size else [None]
@@ -778,7 +781,8 @@ class Estimate:
                 kw["batch_size"] = b
             if s is not None:
                 kw["seq_len"] = s
-            est = self._rerun(batch_kwargs=kw, steps=steps, remedies=False)
+            est = self._rerun(batch_kwargs=kw, remedies=False,
+                              **({"steps": steps} if steps is not None else {}))
             rows.append({"batch_size": b, "seq_len": s, "peak_allocated": est.peak_allocated,
                          "peak_reserved": est.peak_reserved,
                          "activation_peak": est.activation_peak, "fits": est.fits})
