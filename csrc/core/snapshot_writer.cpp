@@ -256,6 +256,9 @@ class DevicePass {
       b.inferred = a.inferred;
       b.label = std::string(reader_.string(a.label_id));
     }
+    // An alloc over a live block means the trace missed its free (the analysis drops the old
+    // block there): say so to memory_viz with a free, so its picture stays consistent.
+    if (live_.contains(e.addr)) on_free(e);
     if (!has_segments_) write_segment_entry("segment_alloc", e.addr, b.bytes, b.category, e.stream);
     auto [it, inserted] = live_.insert_or_assign(e.addr, std::move(b));
     (void)inserted;

@@ -348,3 +348,26 @@ SCENARIO("a block whose category changes while live is exported with an annotate
     }
   }
 }
+
+SCENARIO("an alloc over a live block (a missed free) is exported as a free then the alloc", "[core][snapshot]") {
+  GIVEN("two allocs at the same address without a free between them") {
+    TempPath trace, pickle(".pickle");
+    {
+      TraceBuilder t(trace.str());
+      t.alloc(0x1000, 100).alloc(0x1000, 300);
+      t.close();
+    }
+    write_snapshot(trace.str(), pickle.str());
+    const auto parsed = detail::parse_pickle(slurp(pickle.str()));
+    const auto& entries = parsed.root.get("device_traces")->list()[0].list();
+    THEN("memory_viz sees the first block freed before the second is allocated, and one live segment") {
+      std::vector<std::string> actions;
+      for (const auto& e : entries) actions.push_back(s(e, "action"));
+      CHECK(actions == std::vector<std::string>{"segment_alloc", "alloc", "free_requested", "free_completed",
+                                                "segment_free", "segment_alloc", "alloc", "snapshot"});
+      REQUIRE(parsed.root.get("segments")->list().size() == 1);
+      CHECK(u(parsed.root.get("segments")->list()[0], "total_size") == 300);
+      CHECK(analyze_snapshot(pickle.str()).final_live_bytes == analyze_trace(trace.str()).final_live_bytes);
+    }
+  }
+}
