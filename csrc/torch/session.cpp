@@ -188,6 +188,14 @@ void Session::Impl::track(torch::nn::Module& model, torch::optim::Optimizer* opt
   s.tracked = true;
   s.optimizer = optimizer;
   TrackingSession& n = *s.native;
+  // A model on a GPU: track the CUDA caching allocator too (docs/gpu.md), before the
+  // parameters are tagged, so that their blocks (adopted from the allocator) are live first.
+  for (const auto& item : params) {
+    if (item.value().is_cuda()) {
+      n.start_cuda();  // "" or why not; the reason is in the trace's cuda_source metadata
+      break;
+    }
+  }
 
   // Describe the run (the analysis turns this into the report's model and optimizer header).
   std::uint64_t count = 0, trainable = 0, bytes = 0, trainable_bytes = 0, trainable_tensors = 0;
