@@ -49,6 +49,7 @@ Action parse_action(std::string_view a) {
 
 struct Frame {
   std::string_view filename, name;
+  std::int64_t line = 0;
 };
 
 struct Entry {
@@ -109,7 +110,9 @@ std::vector<Frame> read_frames(const PickleValue& d, const std::string& where) {
   for (const PickleValue& f : v->list()) {
     const std::string fw = where + "['frames'][" + std::to_string(i++) + "]";
     if (!f.is_dict()) content_error(fw + " must be a dict, got " + type_of(f));
-    out.push_back({str_field(f, "filename", fw), str_field(f, "name", fw)});
+    std::int64_t line = 0;
+    if (const PickleValue* l = f.get("line"); l != nullptr) l->to_int64(&line);
+    out.push_back({str_field(f, "filename", fw), str_field(f, "name", fw), line});
   }
   return out;
 }
@@ -155,6 +158,25 @@ std::string frame_text(const Frame& f) {
   std::string_view file = f.filename;
   if (auto slash = file.rfind('/'); slash != std::string_view::npos) file = file.substr(slash + 1);
   return std::string(file) + ":" + std::string(f.name);
+}
+
+// Where an allocation of a torch snapshot was made, for its label: the innermost frame of the
+// user's code (a file outside torch), else the innermost Python frame; "" when there is none.
+std::string origin_from_frames(const std::vector<Frame>& frames) {
+  const Frame* python = nullptr;
+  for (const Frame& f : frames) {
+    const bool py = f.filename.size() > 3 && f.filename.substr(f.filename.size() - 3) == ".py";
+    if (!py) continue;
+    if (python == nullptr) python = &f;
+    if (!contains(f.filename, "/torch/") && !contains(f.filename, "site-packages/")) {
+      python = &f;
+      break;
+    }
+  }
+  if (python == nullptr) return {};
+  std::string_view file = python->filename;
+  if (auto slash = file.rfind('/'); slash != std::string_view::npos) file = file.substr(slash + 1);
+  return std::string(file) + ":" + std::to_string(python->line) + " " + std::string(python->name);
 }
 
 // Phases from stack frames (innermost first in torch's snapshots); "" when nothing decides.
@@ -589,7 +611,7 @@ class Converter {
       }
     }
     for (const StartBlock& b : start_blocks_) {
-      alloc(b.addr, b.bytes, b.requested, 0, t0, b.module);
+      alloc(b.addr, b.bytes, b.requested, 0, t0, ours_ ? std::string(b.module) : origin_from_frames(b.frames));
       tag_block(b.addr, t0, b.category, b.frames, b.label, b.category_inferred);
     }
     for (std::size_t i = 0; i < entries_.size(); ++i) {
@@ -606,7 +628,7 @@ class Converter {
           auto exact = exact_bytes_.find(i);
           const std::uint64_t bytes =
               e.block_size ? *e.block_size : exact != exact_bytes_.end() ? exact->second : block_bytes(e.size);
-          alloc(e.addr, bytes, e.size, e.stream, t, e.module);
+          alloc(e.addr, bytes, e.size, e.stream, t, ours_ ? std::string(e.module) : origin_from_frames(e.frames));
           tag_block(e.addr, t, e.category, e.frames, e.label, e.category_inferred);
           break;
         }

@@ -344,6 +344,10 @@ def test_a_snapshot_written_the_way_pytorch_writes_it_gives_a_report_with_inferr
                      "optimizer_state": 8192}
     assert r["peak"]["reserved_bytes"] == 2097152
     assert [p["phase"] for p in report.phases()] == ["forward", "backward", "optimizer_step"]
+    # Blocks are labelled with where the user's code made them (the innermost non-torch frame).
+    top = r["peak"]["top_blocks"][0]
+    assert top["bytes"] == 40448 and top["category"] == "activation" and top["inferred"]
+    assert top["module"] == "train.py:13 main" and top["label"] == "activation in train.py:13 main"
     assert any("inferred" in n for n in snap["notes"])
     out = ridgescope("report", str(path))
     assert out.returncode == 0, out.stderr
