@@ -783,7 +783,9 @@ class Estimate:
                 kw["seq_len"] = s
             est = self._rerun(batch_kwargs=kw, remedies=False,
                               **({"steps": steps} if steps is not None else {}))
-            rows.append({"batch_size": b, "seq_len": s, "peak_allocated": est.peak_allocated,
+            rows.append({"batch_size": est.params.get("batch_size", b),
+                         "seq_len": est.params.get("seq_len", s),
+                         "peak_allocated": est.peak_allocated,
                          "peak_reserved": est.peak_reserved,
                          "activation_peak": est.activation_peak, "fits": est.fits})
         return Sweep(rows)

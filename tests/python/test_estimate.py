@@ -284,3 +284,18 @@ def test_code_that_names_the_cuda_device_runs_on_a_machine_without_one():
     blocks = sum(-(-n * 4 // CUDA_BLOCK) * CUDA_BLOCK for n in (64 * 64, 64, 64 * 8, 8))
     assert est.by_category["parameter"] == blocks
     assert est.fits
+
+
+def test_a_sweep_row_is_the_estimate_at_that_point():
+    """Each row of a sweep is a full estimate (the same steps): its peaks and verdict equal
+    those of rs.estimate called at that batch size."""
+    spec = SPECS["tiny-gpt"]
+    kw = dict(device="cuda", capacity="67MiB", seq_len=128)
+    est = rs.estimate(spec.make_model, spec.make_optimizer, spec.make_batch, batch_size=1, **kw)
+    rows = est.sweep(batch_size=[2, 6]).rows
+    for row in rows:
+        direct = rs.estimate(spec.make_model, spec.make_optimizer, spec.make_batch,
+                             batch_size=row["batch_size"], remedies=False, **kw)
+        assert (row["peak_allocated"], row["peak_reserved"], row["activation_peak"], row["fits"]) == (
+            direct.peak_allocated, direct.peak_reserved, direct.activation_peak, direct.fits)
+    assert rows[0]["fits"] != rows[1]["fits"]  # the grid spans the capacity
