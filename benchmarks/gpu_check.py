@@ -103,15 +103,19 @@ def torch_sequence(trace: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
 
 
 def ridgescope_sequence(events: list[dict[str, Any]], device: str = "cuda:0",
-                        after_metadata: str = "cuda_source") -> tuple[list[tuple[str, int, int]], dict[int, int]]:
+                        after_metadata: str = "cuda_source",
+                        limit: int | None = None) -> tuple[list[tuple[str, int, int]], dict[int, int]]:
     """ridgescope's events of `device` after the metadata record `after_metadata` (the events
     before it adopt what existed when the session started), in torch's terms: frees carry the
-    requested size of their allocation. Also returns the live blocks at the end (addr -> bytes)."""
+    requested size of their allocation. Also returns the live blocks (addr -> bytes) after the
+    first `limit` entries (all when None)."""
     started = after_metadata is None
     live_requested: dict[int, int] = {}
     live_bytes: dict[int, int] = {}
-    out = []
+    out: list[tuple[str, int, int]] = []
     for e in events:
+        if limit is not None and len(out) >= limit:
+            break
         if not started:
             if e["kind"] == "metadata" and e.get("string") == after_metadata:
                 started = True
@@ -185,6 +189,9 @@ def self_test_comparisons() -> None:
         {"size": 1024, "state": "active_allocated"}, {"size": 2 * MiB - 1024, "state": "inactive"}]}]}
     check("selftest.snapshot_blocks", snapshot_live_blocks(snap) == {0x1000000: 1024},
           str(snapshot_live_blocks(snap)))
+    head, live_head = ridgescope_sequence(events, limit=2)
+    check("selftest.limit", head == ours[:2] and live_head == {0x5000000: 512, 0x1000000: 1024},
+          f"{head} {live_head}")
     bad = ours[:-1] + [("free_requested", 0x1000000, 999)]
     check("selftest.difference_found", "entry 2" in first_difference(torch_sequence(torch_trace), bad),
           first_difference(torch_sequence(torch_trace), bad))
@@ -325,7 +332,9 @@ def history(w: Workload, steps: int, out: Path) -> None:
         torch.cuda.memory._record_memory_history(enabled=None)
     events = _C.read_events(str(trace))
     theirs = torch_sequence(snap["device_traces"][0])
-    ours, live = ridgescope_sequence(events)
+    # ridgescope's trace goes on until the session stops, a little after torch's snapshot: the
+    # comparison covers torch's entries, and the live blocks are taken at the same point.
+    ours, live = ridgescope_sequence(events, limit=len(theirs))
     check("history.every_entry_agrees", theirs == ours and len(ours) > 0,
           f"{len(theirs)} torch entries (alloc/free/segment), {len(ours)} ridgescope events; "
           + first_difference(theirs, ours))
@@ -452,16 +461,16 @@ def set_capacity(extra_bytes: int) -> int:
 def seeded_oom(name: str, out: Path, body: Callable[[], None], model=None, opt=None,
                want_kind: str = "", want_category: str | None = None) -> None:
     trace = out / f"oom_{name}.rstrace"
-    raised = None
+    raised = False  # a flag, not the exception: its traceback would keep the tensors alive
     try:
         with rs.track(model=model, optimizer=opt, out=trace):
             body()
-    except torch.OutOfMemoryError as exc:
-        raised = exc
+    except torch.OutOfMemoryError:
+        raised = True
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, 0)
-    if not check(f"oom.{name}.raised", raised is not None, "torch.OutOfMemoryError reached the caller"
-                 if raised is not None else "no OOM happened (the seeding is off)"):
+    if not check(f"oom.{name}.raised", raised, "torch.OutOfMemoryError reached the caller"
+                 if raised else "no OOM happened (the seeding is off)"):
         return
     report = rs.load(trace).to_dict()
     if not check(f"oom.{name}.recorded", bool(report["ooms"]), f"{len(report['ooms'])} OOM records"):
