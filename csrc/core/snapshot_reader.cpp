@@ -407,8 +407,77 @@ class Converter {
     }
   }
 
+  // torch's record_function annotations (name, stage START/END, time_us): the optimizer's
+  // "Optimizer.step#AdamW.step" and "Optimizer.zero_grad#..." give exact optimizer_step and
+  // zero_grad phases, and a record_function named like a ridgescope phase gives that phase.
+  // Other names (library internals) are not phases. Malformed entries are skipped.
+  void read_torch_annotations() {
+    const PickleValue* a = field(root_, "external_annotations");
+    if (a == nullptr || !a->is_list_like()) return;
+    for (const PickleValue& x : a->list()) {
+      const PickleValue* name = x.get("name");
+      const PickleValue* stage = x.get("stage");
+      const PickleValue* time = x.get("time_us");
+      const PickleValue* device = x.get("device");
+      std::uint64_t t = 0, d = 0;
+      if (name == nullptr || !name->is_str() || stage == nullptr || !stage->is_str() || time == nullptr ||
+          !time->to_uint64(&t)) {
+        continue;
+      }
+      if (device != nullptr && device->to_uint64(&d) && d != device_index_) continue;
+      const std::string_view n = name->str();
+      PhaseMark m;
+      if (n.substr(0, 15) == "Optimizer.step#") {
+        m.name = "optimizer_step";
+      } else if (n.substr(0, 20) == "Optimizer.zero_grad#") {
+        m.name = "zero_grad";
+      } else if (n == "forward" || n == "backward" || n == "optimizer_step" || n == "zero_grad" || n == "recompute") {
+        m.name = std::string(n);
+      } else {
+        continue;
+      }
+      m.begin = stage->str() == "START";
+      if (!m.begin && stage->str() != "END") continue;
+      m.time_us = t;
+      torch_marks_.push_back(std::move(m));
+    }
+    std::stable_sort(torch_marks_.begin(), torch_marks_.end(),
+                     [](const PhaseMark& a, const PhaseMark& b) { return a.time_us < b.time_us; });
+  }
+
+  // The torch annotations due before an entry at `time_us`: a START at or before it, an END
+  // before it.
+  void emit_torch_marks_before(std::uint64_t time_us) {
+    while (next_torch_mark_ < torch_marks_.size()) {
+      const PhaseMark& m = torch_marks_[next_torch_mark_];
+      if (m.begin ? m.time_us > time_us : m.time_us >= time_us) break;
+      ++next_torch_mark_;
+      const std::uint64_t t = time_ns(m.time_us);
+      if (m.begin) {
+        if (!annotated_phase_.empty()) continue;  // nested annotations: the outer one stands
+        if (!current_phase_.empty()) phase(false, current_phase_, t);
+        current_phase_.clear();
+        if (m.name == "forward" && step_has_backward_or_optimizer_) {
+          step(inferred_step_++, t);
+          step_has_backward_or_optimizer_ = false;
+        }
+        if (m.name == "backward" || m.name == "optimizer_step") step_has_backward_or_optimizer_ = true;
+        annotated_phase_ = m.name;
+        phase(true, m.name, t);
+        ++annotated_phases_;
+      } else if (m.name == annotated_phase_) {
+        phase(false, m.name, t);
+        annotated_phase_.clear();
+      }
+    }
+  }
+
   void read_annotations() {
-    if (!ours_ || !root_.is_dict()) return;
+    if (!root_.is_dict()) return;
+    if (!ours_) {
+      read_torch_annotations();
+      return;
+    }
     const PickleValue* a = field(root_, "external_annotations");
     if (a == nullptr || !a->is_list_like()) return;
     std::size_t i = 0;
@@ -577,6 +646,7 @@ class Converter {
   // torch's snapshots: a phase per run of allocations whose frames name the same phase; a new
   // step when a forward follows a backward or an optimizer step.
   void infer_phase(const Entry& e, std::uint64_t t_ns) {
+    if (!annotated_phase_.empty()) return;  // inside a phase torch's annotations mark exactly
     const std::string_view p = phase_from_frames(e.frames);
     if (p.empty() || p == current_phase_) return;
     if (!current_phase_.empty()) phase(false, current_phase_, t_ns);
@@ -621,6 +691,7 @@ class Converter {
         ++ignored_entries_;
         continue;
       }
+      if (!ours_) emit_torch_marks_before(e.time_us);
       const std::uint64_t t = time_ns(e.time_us);
       switch (e.action) {
         case Action::Alloc: {
@@ -676,6 +747,8 @@ class Converter {
       }
     }
     emit_marks_through(UINT64_MAX);
+    if (!ours_) emit_torch_marks_before(UINT64_MAX);
+    if (!annotated_phase_.empty()) phase(false, annotated_phase_, last_ns_);
     if (!current_phase_.empty()) phase(false, current_phase_, last_ns_);
   }
 
@@ -694,11 +767,16 @@ class Converter {
           "frames where a frame names one (optimizer _init_group, AccumulateGrad, parameter "
           "initialisation or Module._apply, DataLoader) and otherwise from lifetimes over the phases; "
           "those are inferred and may be wrong.");
+      if (annotated_phases_ > 0) {
+        info_.notes.push_back(std::to_string(annotated_phases_) +
+                              " phases come from torch's record_function annotations (the optimizer's "
+                              "step and zero_grad, or record_functions named like a phase): exact.");
+      }
       if (inferred_phases_) {
         info_.notes.push_back("Phases are inferred from stack frames (Module forward calls, backward, "
                               "torch.optim, zero_grad); steps begin where a forward follows a backward "
                               "or an optimizer step.");
-      } else {
+      } else if (annotated_phases_ == 0) {
         info_.notes.push_back("No frame names a phase (the snapshot was recorded without stacks?): "
                               "the report has no phases, and lifetime categories need phases.");
       }
@@ -745,6 +823,10 @@ class Converter {
   bool step_has_backward_or_optimizer_ = false;
   std::uint64_t inferred_step_ = 0;
   bool inferred_phases_ = false;
+  std::vector<PhaseMark> torch_marks_;
+  std::size_t next_torch_mark_ = 0;
+  std::string annotated_phase_;
+  std::uint64_t annotated_phases_ = 0;
   std::uint64_t allocations_ = 0, categorised_from_snapshot_ = 0, categorised_from_frames_ = 0;
   std::uint64_t ignored_entries_ = 0;
   std::set<std::string> unknown_category_names_;

@@ -365,3 +365,31 @@ def test_a_snapshot_without_traces_counts_its_live_blocks_from_time_zero(tmp_pat
     assert r["snapshot"]["live_at_start_blocks"] == 4
     assert r["peak"]["bytes"] == 4 * 4096 and r["peak"]["reserved_bytes"] == 2097152
     assert r["totals"]["final_by_category"]["optimizer_state"] == 8192  # from the blocks' frames
+
+
+def test_the_optimizers_record_function_annotations_mark_its_phase_exactly(tmp_path):
+    """torch.optim wraps step() in record_function("Optimizer.step#<class>.step"), which
+    _record_memory_history records in external_annotations: an allocation with no frames
+    inside it (a worker thread's) belongs to optimizer_step, kept, so optimizer state."""
+    snap = torch_like_snapshot()
+    base = 0x7F0000000000
+    t0 = 1_700_000_000_000_000
+    snap["external_annotations"] += [
+        {"name": "Optimizer.step#Adam.step", "stage": "START", "device": 0, "time_us": t0 + 250},
+        {"name": "Optimizer.step#Adam.step", "stage": "END", "device": 0, "time_us": t0 + 330},
+        {"name": "some.library#internal", "stage": "START", "device": 0, "time_us": t0 + 255},
+    ]
+    frameless = {"action": "alloc", "addr": base + 16384, "size": 4000, "stream": 0,
+                 "time_us": t0 + 260, "compile_context": "N/A", "user_metadata": "", "frames": []}
+    snap["device_traces"][0].insert(9, frameless)  # after backward's last entry, before exp_avg
+    path = tmp_path / "annotated.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    report = rs.load(path)
+    r = report.to_dict()
+    assert [p["phase"] for p in report.phases()] == ["forward", "backward", "optimizer_step"]
+    opt = report.phases("optimizer_step")[0]
+    assert opt["start_bytes"] == 4096 + 4096  # the weight and its gradient
+    # the frameless block (4000 -> 4096) and the two moments: optimizer state, the first inferred
+    assert r["totals"]["final_by_category"]["optimizer_state"] == 3 * 4096
+    assert any("record_function" in n for n in r["snapshot"]["notes"])
+
