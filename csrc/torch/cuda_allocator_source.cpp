@@ -33,8 +33,10 @@ std::atomic<bool> g_polling{false};  // unsupported backend: statistics sampled 
 // may call into torch's allocator while holding it (lock order: allocator, then g_mutex).
 std::mutex g_mutex;
 Recorder* g_recorder = nullptr;
-std::unique_ptr<CudaTraceTranslator> g_translator;
-std::vector<Event> g_events;      // reused: no heap allocation per entry once warm
+// Leaked on purpose, like the CPU source's table: torch may free CUDA memory (and call the
+// trampoline) during static destruction, after our own statics would have been destroyed.
+CudaTraceTranslator* g_translator = nullptr;
+std::vector<Event>* const g_events = new std::vector<Event>();  // reused: no allocation per entry once warm
 std::uint64_t g_counted = 0;      // non-snapshot entries seen in Counting mode
 std::uint64_t g_oom_reports = 0;  // OOM observer calls
 std::uint64_t g_dropped_reentrant = 0;
@@ -49,7 +51,7 @@ thread_local bool t_in_trampoline = false;
 
 void record_all_locked() noexcept {
   if (g_recorder == nullptr) return;
-  for (const Event& e : g_events) g_recorder->record(e);
+  for (const Event& e : *g_events) g_recorder->record(e);
 }
 
 #ifdef RIDGESCOPE_WITH_CUDA
@@ -99,9 +101,9 @@ void on_trace_entry(const TorchTraceEntry& te) noexcept {
     const int mode = g_mode.load(std::memory_order_relaxed);
     if (mode == kCounting) {
       if (entry.action != CudaTraceAction::Snapshot) ++g_counted;
-    } else if (mode == kLive && g_translator && g_recorder != nullptr) {
-      g_events.clear();
-      g_translator->translate(entry, &g_events);
+    } else if (mode == kLive && g_translator != nullptr && g_recorder != nullptr) {
+      g_events->clear();
+      g_translator->translate(entry, g_events);
       record_all_locked();
     }
   }
@@ -233,25 +235,26 @@ std::string start_impl(Recorder* recorder, int* attempts, std::string* settings)
     *attempts = attempt;
     const CudaRoundingRules rules = rules_from(snap.config_metadata);
     *settings = settings_json(rules);
-    g_translator = std::make_unique<CudaTraceTranslator>(rules);
-    g_events.clear();
-    g_events.reserve(64);
+    delete g_translator;
+    g_translator = new CudaTraceTranslator(rules);
+    g_events->clear();
+    g_events->reserve(64);
     for (const auto& seg : snap.segments) {
       const auto device = static_cast<std::int16_t>(seg.device);
       const auto stream = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(seg.stream));
       const auto base = static_cast<std::uint64_t>(seg.address);
-      g_translator->adopt_segment(device, base, seg.total_size, stream, seg.is_expandable, &g_events);
+      g_translator->adopt_segment(device, base, seg.total_size, stream, seg.is_expandable, g_events);
       std::uint64_t addr = base;
       for (const auto& b : seg.blocks) {
         if (b.allocated || b.active) {
-          g_translator->adopt_block(device, addr, b.size, b.requested_size, b.allocated, stream, &g_events);
+          g_translator->adopt_block(device, addr, b.size, b.requested_size, b.allocated, stream, g_events);
         }
         addr += b.size;
       }
     }
     g_recorder = recorder;
     record_all_locked();
-    g_events.clear();
+    g_events->clear();
     g_mode = kLive;
     return "";
   }
@@ -377,7 +380,7 @@ std::string cuda_source_stats_json() noexcept {
   try {
     std::lock_guard<std::mutex> lock(g_mutex);
     CudaTranslatorStats s;
-    if (g_translator) s = g_translator->stats();
+    if (g_translator != nullptr) s = g_translator->stats();
     detail::JsonWriter w;
     w.begin_object()
         .field("live", g_mode.load() == kLive)
