@@ -15,7 +15,6 @@ from . import fit as _fit
 from . import report as _report
 from . import run as _run
 from . import whatif as _whatif
-from . import whatif as _whatif
 
 # name -> (help, add_arguments(parser), run(args) -> exit code)
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
@@ -24,7 +23,6 @@ _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
     "explain": (_explain.HELP, _explain.add_arguments, _explain.run),
     "run": (_run.HELP, _run.add_arguments, _run.run),
     "diff": (_diff.HELP, _diff.add_arguments, _diff.run),
-    "whatif": (_whatif.HELP, _whatif.add_arguments, _whatif.run),
     "whatif": (_whatif.HELP, _whatif.add_arguments, _whatif.run),
     "fit": (_fit.HELP, _fit.add_arguments, _fit.run),
 }
