@@ -23,28 +23,15 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.h"
 #include "ridgescope/allocator_model.h"
 
-#ifndef RIDGESCOPE_BENCH_COMPILER
-#define RIDGESCOPE_BENCH_COMPILER "unknown"
-#endif
-#ifndef RIDGESCOPE_BENCH_BUILD_TYPE
-#define RIDGESCOPE_BENCH_BUILD_TYPE "unknown"
-#endif
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    return s * 0x2545F4914F6CDD1Dull;
-  }
-};
+using ridgescope::bench::Clock;
+using ridgescope::bench::median;
+using ridgescope::bench::Rng;
 
 std::uint64_t request_bytes(Rng& rng) {
   const std::uint64_t r = rng.next();
@@ -54,12 +41,6 @@ std::uint64_t request_bytes(Rng& rng) {
   }
   const unsigned shift = 20 + static_cast<unsigned>((r >> 8) % 6);  // 1 MiB .. 64 MiB
   return (1ull << shift) + ((r >> 16) % (1ull << shift));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 struct Measurement {

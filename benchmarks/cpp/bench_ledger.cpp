@@ -42,21 +42,18 @@
 
 #include <unistd.h>
 
+#include "bench_support.h"
 #include "ridgescope/analysis.h"
 #include "ridgescope/ledger.h"
 #include "ridgescope/recorder.h"
 #include "ridgescope/trace_reader.h"
 
-#ifndef RIDGESCOPE_BENCH_COMPILER
-#define RIDGESCOPE_BENCH_COMPILER "unknown"
-#endif
-#ifndef RIDGESCOPE_BENCH_BUILD_TYPE
-#define RIDGESCOPE_BENCH_BUILD_TYPE "unknown"
-#endif
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ridgescope::bench::Clock;
+using ridgescope::bench::median;
+using ridgescope::bench::Rng;
 using ridgescope::Category;
 using ridgescope::Event;
 using ridgescope::EventKind;
@@ -76,17 +73,6 @@ inline void keep(const T& value) {
 }
 
 std::uint64_t g_checksum = 0;
-
-// xorshift64*: a fast, deterministic generator for the pre-generated work lists.
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    return s * 0x2545F4914F6CDD1Dull;
-  }
-};
 
 // Unique, allocator-like addresses: 512-byte aligned in a 512 GiB window. Multiplying by an odd
 // constant is a bijection modulo 2^30, so no address repeats within 2^30 calls.
@@ -111,12 +97,6 @@ struct Result {
   std::uint64_t iterations = 0;   // operations per repetition
   std::string extra;              // further JSON members, each starting with ','
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 double elapsed_ns(Clock::time_point a, Clock::time_point b) {
   return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());

@@ -11,8 +11,8 @@ from typing import Any
 
 from . import _C
 from ._errors import TraceFormatError
+from ._snapshot import file_kind
 
-TRACE_MAGIC = b"RIDGESCP"
 
 
 class Report:
@@ -110,13 +110,9 @@ def load(path: str | os.PathLike[str], **analysis_options: Any) -> Report:
     a Report. Raises TraceFormatError naming the problem for anything else.
     ``analysis_options`` go to ``Report.from_trace`` (or ``Report.from_snapshot``)."""
     p = Path(path)
-    try:
-        with p.open("rb") as f:
-            head = f.read(8)
-    except OSError as exc:
-        raise TraceFormatError(f"cannot read {p}: {exc.strerror}") from None
-    if head == TRACE_MAGIC:
+    kind = file_kind(p)
+    if kind == "trace":
         return Report.from_trace(p, **analysis_options)
-    if head[:1] == b"\x80":  # a torch memory snapshot pickle (restricted unpickler)
+    if kind == "pickle":  # a torch memory snapshot pickle (restricted unpickler)
         return Report.from_snapshot(p, **analysis_options)
     raise TraceFormatError(f"{p} is not a ridgescope trace (bad magic at byte offset 0)")

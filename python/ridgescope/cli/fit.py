@@ -22,8 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="device memory to fit in (default 80GiB)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                         help="the device the step would run on (default cuda)")
-    parser.add_argument("--batch-size", type=int, default=None, metavar="N")
-    parser.add_argument("--seq-len", type=int, default=None, metavar="N")
+    parser.add_argument("--batch-size", type=int, default=None, metavar="N",
+                        help="micro-batch size passed to make_batch (default: the spec's)")
+    parser.add_argument("--seq-len", type=int, default=None, metavar="N",
+                        help="sequence length passed to make_batch (default: the spec's)")
     parser.add_argument("--dtype-policy", default=None,
                         choices=("fp32", "bf16", "fp16", "bf16-autocast", "fp16-autocast"),
                         help="override the spec's dtype policy")
@@ -41,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="when it does not fit, skip the search for remedies")
     parser.add_argument("--trace", type=Path, default=None,
                         help="keep the dry run's trace here (readable by ridgescope report)")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="plain-language text (default) or the estimate as JSON")
     parser.add_argument("-o", "--output", type=Path, default=None,
                         help="write to this file instead of standard output")
 
