@@ -29,11 +29,24 @@ FreeSpace free_space(std::vector<AddressRange> segments, std::vector<AddressRang
     const std::uint64_t end = seg.addr + seg.bytes;
     while (i < live_blocks.size() && live_blocks[i].addr < seg.addr) ++i;
     std::uint64_t cursor = seg.addr;
+    std::uint64_t seg_free = 0, seg_largest = 0;
+    bool holds_live = false;
+    auto seg_gap = [&](std::uint64_t bytes) {
+      gap(bytes);
+      seg_free += bytes;
+      seg_largest = std::max(seg_largest, bytes);
+    };
     for (; i < live_blocks.size() && live_blocks[i].addr < end; ++i) {
-      if (live_blocks[i].addr > cursor) gap(live_blocks[i].addr - cursor);
+      holds_live = true;
+      if (live_blocks[i].addr > cursor) seg_gap(live_blocks[i].addr - cursor);
       cursor = std::max(cursor, live_blocks[i].addr + live_blocks[i].bytes);
     }
-    if (end > cursor) gap(end - cursor);
+    if (end > cursor) seg_gap(end - cursor);
+    if (holds_live) out.inactive_split_bytes += seg_free;
+    std::uint64_t& pool_largest = seg.bytes <= FreeSpace::kSmallPoolSegmentBytes
+                                      ? out.largest_free_block_small_pool
+                                      : out.largest_free_block_large_pool;
+    pool_largest = std::max(pool_largest, seg_largest);
   }
   return out;
 }
@@ -112,10 +125,19 @@ Verdict explain_oom(const OomContext& c) {
     v.kind = "fragmentation";
     v.summary = "Fragmentation: the cache holds " + format_bytes(c.free.free_bytes) +
                 " free, enough for the " + request + " request, but its largest free block is " +
-                format_bytes(c.free.largest_free_block) + ".";
+                format_bytes(c.request_bytes <= FreeSpace::kSmallPoolRequestBytes
+                                 ? c.free.largest_free_block_small_pool
+                                 : c.free.largest_free_block_large_pool) + ".";
     v.evidence.push_back("free in the cache " + format_bytes(c.free.free_bytes) + " in " +
                          std::to_string(c.free.free_blocks) + " blocks; largest " +
                          format_bytes(c.free.largest_free_block));
+    v.evidence.push_back("largest free block in the " +
+                         std::string(c.request_bytes <= FreeSpace::kSmallPoolRequestBytes ? "small" : "large") +
+                         " pool, which serves this request: " +
+                         format_bytes(c.request_bytes <= FreeSpace::kSmallPoolRequestBytes
+                                          ? c.free.largest_free_block_small_pool
+                                          : c.free.largest_free_block_large_pool) +
+                         "; inactive split " + format_bytes(c.free.inactive_split_bytes));
     v.remedies = {{"Keep tensor shapes stable across steps (pad or bucket sequence lengths)",
                    "padding wastes some compute"},
                   {"Set PYTORCH_ALLOC_CONF=expandable_segments:True so segments grow instead of splitting",

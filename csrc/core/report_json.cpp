@@ -26,6 +26,9 @@ void write_free_space(JsonWriter& w, const FreeSpace& f) {
   w.key("free").begin_object();
   w.field("free_bytes", f.free_bytes).field("largest_free_block", f.largest_free_block);
   w.field("free_blocks", f.free_blocks);
+  w.field("largest_free_block_small_pool", f.largest_free_block_small_pool);
+  w.field("largest_free_block_large_pool", f.largest_free_block_large_pool);
+  w.field("inactive_split_bytes", f.inactive_split_bytes);
   w.key("histogram").begin_array();
   for (auto n : f.histogram) w.value(n);
   w.end_array();

@@ -20,14 +20,33 @@
 namespace ridgescope {
 
 // The free space inside reserved segments at one instant.
+//
+// Pools, as in PyTorch's CUDA caching allocator: a request of at most 1 MiB (after rounding) is
+// served from the small pool, whose segments are 2 MiB; a larger one from the large pool. A
+// free block in one pool never serves the other. A segment of at most 2 MiB counts as a
+// small-pool segment (torch makes small-pool segments of exactly 2 MiB; with
+// expandable_segments the small pool's segment may grow past that and count as large). On a
+// CPU trace every block is its own segment, so there are no free blocks at all.
 struct FreeSpace {
   std::uint64_t free_bytes = 0;           // reserved minus live, inside segments
   std::uint64_t largest_free_block = 0;   // the largest contiguous gap, bytes
   std::uint64_t free_blocks = 0;          // number of gaps
+  std::uint64_t largest_free_block_small_pool = 0;  // bytes, in segments of <= 2 MiB
+  std::uint64_t largest_free_block_large_pool = 0;  // bytes, in larger segments
+  // Free bytes in segments that also hold a live block: the allocator's "inactive_split"
+  // bytes, which only a request that fits a gap can use (a wholly free segment can be
+  // released to the driver and reserved again at any size).
+  std::uint64_t inactive_split_bytes = 0;
   // Gaps by size: bucket i counts gaps of [2^(i+20), 2^(i+21)) bytes, bucket 0 everything
   // below 2 MiB (1 MiB and less included).
   std::vector<std::uint64_t> histogram;
-  bool can_serve(std::uint64_t request) const noexcept { return largest_free_block >= request; }
+  // Whether a request of `request` bytes fits one free block of the pool it would come from.
+  bool can_serve(std::uint64_t request) const noexcept {
+    return (request <= kSmallPoolRequestBytes ? largest_free_block_small_pool
+                                              : largest_free_block_large_pool) >= request;
+  }
+  static constexpr std::uint64_t kSmallPoolRequestBytes = 1ull << 20;  // largest small-pool request
+  static constexpr std::uint64_t kSmallPoolSegmentBytes = 2ull << 20;  // a small-pool segment
 };
 
 // A block or segment by address, for free_space().

@@ -72,6 +72,9 @@ def render_dashboards(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+SMALL_POOL_REQUEST_BYTES = 1 << 20  # the largest request the small pool serves
+
+
 def render_free_space(d: dict[str, Any], request: int) -> list[str]:
     """Could `request` bytes be served from the cache at the peak (or at the probed instant)?"""
     probe = d.get("probe")
@@ -82,11 +85,16 @@ def render_free_space(d: dict[str, Any], request: int) -> list[str]:
     if free["free_blocks"] == 0 and state["reserved_bytes"] == state["live_bytes"]:
         return [f"{where} the allocator held no free memory in a cache (reserved equals live): "
                 f"a request of {format_bytes(request)} needs new memory from the device."]
-    verdict = "could" if free["largest_free_block"] >= request else "could not"
+    # A request of at most 1 MiB comes from the small pool, a larger one from the large pool
+    # (docs/forensics.md); a free block in one pool never serves the other.
+    pool = "small" if request <= SMALL_POOL_REQUEST_BYTES else "large"
+    largest = free[f"largest_free_block_{pool}_pool"]
+    verdict = "could" if largest >= request else "could not"
     why = "" if verdict == "could" else (
         " although the cache holds enough in total: fragmentation" if free["free_bytes"] >= request else "")
     return [f"{where} the cache held {format_bytes(free['free_bytes'])} free in {free['free_blocks']} "
-            f"block(s), the largest {format_bytes(free['largest_free_block'])}: a request of "
+            f"block(s) ({format_bytes(free['inactive_split_bytes'])} of it inactive split), the "
+            f"largest in the {pool} pool {format_bytes(largest)}: a request of "
             f"{format_bytes(request)} {verdict} be served from it{why}."]
 
 

@@ -11,7 +11,7 @@ using ridgescope::testing::TempPath;
 using ridgescope::testing::TraceBuilder;
 
 namespace {
-constexpr std::uint64_t MiB = 1024ull * 1024, GiB = 1024 * MiB;
+constexpr std::uint64_t KiB = 1024ull, MiB = 1024 * KiB, GiB = 1024 * MiB;
 constexpr std::uint64_t kSecond = 1'000'000'000ull;
 const Device kGpu{DeviceType::CUDA, 0};
 
@@ -157,6 +157,62 @@ SCENARIO("free space can be asked at any instant", "[core][forensics]") {
   CHECK(f.free_blocks == 3);
   CHECK(f.can_serve(40));
   CHECK_FALSE(f.can_serve(41));
+}
+
+SCENARIO("free blocks are counted per pool; a free block never serves the other pool", "[core][forensics]") {
+  GIVEN("a 2 MiB small-pool segment with 1.5 MiB free, a 20 MiB large-pool segment with 1 MiB free") {
+    const std::uint64_t small = 0x10000000, large = 0x20000000;
+    const std::vector<AddressRange> segments = {{small, 2 * MiB}, {large, 20 * MiB}};
+    const std::vector<AddressRange> live = {{small, 512 * KiB}, {large, 19 * MiB}};
+    WHEN("the free space is computed") {
+      const FreeSpace f = free_space(segments, live);
+      THEN("each pool has its own largest free block, and both gaps are inactive splits") {
+        CHECK(f.free_bytes == 2560 * KiB);
+        CHECK(f.largest_free_block == 1536 * KiB);
+        CHECK(f.largest_free_block_small_pool == 1536 * KiB);
+        CHECK(f.largest_free_block_large_pool == 1 * MiB);
+        CHECK(f.inactive_split_bytes == 2560 * KiB);
+      }
+      THEN("a 1 MiB request fits the small pool; a 1.25 MiB one (large pool) does not fit anywhere") {
+        CHECK(f.can_serve(1 * MiB));
+        CHECK_FALSE(f.can_serve(1280 * KiB));
+      }
+    }
+    WHEN("a wholly free 20 MiB segment is added") {
+      std::vector<AddressRange> more = segments;
+      more.push_back({0x30000000, 20 * MiB});
+      const FreeSpace f = free_space(more, live);
+      THEN("it serves large requests but is not an inactive split") {
+        CHECK(f.largest_free_block_large_pool == 20 * MiB);
+        CHECK(f.inactive_split_bytes == 2560 * KiB);
+        CHECK(f.can_serve(1280 * KiB));
+      }
+    }
+  }
+}
+
+SCENARIO("a large request that only the small pool's free block could hold: fragmentation", "[core][forensics]") {
+  GIVEN("1.5 MiB free in a small-pool segment, 1 MiB free in a large one, and a 1.25 MiB request") {
+    OomContext ctx;
+    ctx.request_bytes = 1280 * KiB;
+    ctx.live_bytes = 512 * KiB + 19 * MiB;
+    ctx.reserved_bytes = 22 * MiB;
+    ctx.capacity_bytes = 22 * MiB;
+    ctx.phase = "forward";
+    ctx.by_category[category_index(Category::Activation)] = ctx.live_bytes;
+    ctx.free = free_space({{0x10000000, 2 * MiB}, {0x20000000, 20 * MiB}},
+                          {{0x10000000, 512 * KiB}, {0x20000000, 19 * MiB}});
+    const Verdict v = explain_oom(ctx);
+    THEN("the verdict is fragmentation, with the large pool's largest free block as evidence") {
+      CHECK(v.kind == "fragmentation");
+      CHECK_THAT(v.summary, Catch::Matchers::Contains("1.00 MiB"));
+      bool named = false;
+      for (const std::string& e : v.evidence)
+        named = named || (e.find("large pool") != std::string::npos &&
+                          e.find("inactive split 2.50 MiB") != std::string::npos);
+      CHECK(named);
+    }
+  }
 }
 
 SCENARIO("the free space at the peak answers whether a request fits in the cache", "[core][forensics]") {
