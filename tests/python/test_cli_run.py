@@ -3,6 +3,8 @@ figures as `rs.track`, its stdout and exit code are preserved, and a script that
 leaves a trace and a report."""
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +66,9 @@ def test_a_script_that_raises_still_leaves_a_trace_and_a_report(tmp_path):
     assert "RuntimeError: the script failed on purpose" in out.stderr
     r = rs.load(tmp_path / "train_plain.rstrace").to_dict()
     assert len(r["steps"]) == 1 and r["steps"][0]["complete"]
+    html = (tmp_path / "train_plain.html").read_text(encoding="utf-8")  # the HTML report too
+    embedded = re.search(r'<script type="application/json" id="rs-data">(.*?)</script>', html, re.S)
+    assert embedded and json.loads(embedded.group(1))["peak"]["bytes"] == r["peak"]["bytes"]
 
 
 def test_a_missing_script_is_one_line(tmp_path):
