@@ -242,3 +242,26 @@ def test_an_empty_trace_still_opens_cleanly(browser, tmp_path):
         assert page.count("#rs-chart") == 1
     finally:
         page.page.close()
+
+
+def test_a_report_read_from_a_pytorch_snapshot_says_what_was_inferred(browser, tmp_path):
+    # Given a snapshot pickle written the way PyTorch writes it (no ridgescope categories)
+    import pickle
+    from test_snapshot import torch_like_snapshot
+    snap = tmp_path / "torch_snapshot.pickle"
+    snap.write_bytes(pickle.dumps(torch_like_snapshot()))
+    report = rs.load(snap, timeline_columns=HTML_TIMELINE_COLUMNS)
+    path = tmp_path / "snapshot.html"
+    # when its HTML report is opened
+    report.to_html(path)
+    page = Page(browser, path)
+    try:
+        # then it shows the same peak and says that categories, phases and sizes were inferred
+        assert page.errors == [] and page.requests == [page.url]
+        assert int(page.attr("#rs-peak-value", "data-bytes")) == report.to_dict()["peak"]["bytes"]
+        provenance = page.page.inner_text("#rs-warnings [data-kind='snapshot']")
+        assert "written by pytorch" in provenance
+        assert "categories, phases, block sizes" in provenance
+        assert page.count("#rs-warnings [data-kind='snapshot_note']") == len(report.to_dict()["snapshot"]["notes"])
+    finally:
+        page.page.close()

@@ -203,12 +203,20 @@
   }
 
   function warnings() {
-    if (!R.warnings || !R.warnings.length) return;
+    var snap = R.snapshot;  // a report read from a torch memory snapshot: say what was inferred
+    var items = (R.warnings || []).map(function (w) { return [w.kind, w.message]; });
+    if (snap) {
+      var inferred = Object.keys(snap.inferred || {}).filter(function (k) { return snap.inferred[k]; });
+      items.unshift(['snapshot', 'Read from a torch memory snapshot written by ' + snap.producer +
+        '; inferred: ' + (inferred.length ? inferred.join(', ').replace(/_/g, ' ') : 'nothing') + '.']);
+      (snap.notes || []).forEach(function (n) { items.push(['snapshot_note', n]); });
+    }
+    if (!items.length) return;
     var sec = document.getElementById('rs-warnings');
     sec.hidden = false;
-    sec.appendChild(el('h2', null, 'Warnings'));
-    R.warnings.forEach(function (w) {
-      sec.appendChild(el('div', { 'class': 'rs-warning', 'data-kind': w.kind }, w.message));
+    sec.appendChild(el('h2', null, snap ? 'Provenance and warnings' : 'Warnings'));
+    items.forEach(function (w) {
+      sec.appendChild(el('div', { 'class': 'rs-warning', 'data-kind': w[0] }, w[1]));
     });
   }
 
