@@ -1,5 +1,6 @@
 #include "ridgescope/recorder.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -170,12 +171,14 @@ void Recorder::writer_loop() {
       const std::string reason = inject ? "injected write failure" : std::strerror(errno);
       lock.lock();
       writing_ = false;
-      queued_bytes_ -= chunk.first.size();
+      // fail_locked() (from any thread, while the lock was released) zeroes the count.
+      queued_bytes_ -= std::min<std::uint64_t>(queued_bytes_, chunk.first.size());
       if (ok) {
         stats_.bytes_written += trace_format::kChunkHeaderBytes + chunk.first.size();
         ++stats_.chunks_written;
-      } else if (!failed_) {
-        fail_locked("cannot write the trace file '" + path_ + "': " + reason);
+      } else {
+        stats_.dropped_events += chunk.second;  // this chunk's records never reached the file
+        if (!failed_) fail_locked("cannot write the trace file '" + path_ + "': " + reason);
       }
     }
     written_.notify_all();

@@ -30,7 +30,9 @@ namespace ridgescope {
 
 struct RecorderStats {
   std::uint64_t events = 0;           // records accepted (all kinds)
-  std::uint64_t dropped_events = 0;   // records refused after a failure or close()
+  std::uint64_t dropped_events = 0;   // records that never reach the file: refused after a
+                                      // failure or close() (or too large), or held in memory
+                                      // or in the failing write when the failure came
   std::uint64_t bytes_written = 0;    // bytes on disk, headers included
   std::uint64_t chunks_written = 0;   // complete chunks on disk
   std::uint64_t buffer_bytes_peak = 0;  // most bytes ever held in memory by the recorder
