@@ -33,6 +33,9 @@ constexpr std::uint64_t kUnlimitedVaBytes = 1ull << 40;
 // Alignment of the synthetic segment addresses (cudaMalloc returns 2 MiB-aligned ranges for
 // the sizes the allocator asks for).
 constexpr std::uint64_t kVaAlignment = 2ull << 20;
+// Requests above this (1 EiB) fail as out of memory, as cudaMalloc would on any device: it
+// keeps every rounding and address sum below 2^64.
+constexpr std::uint64_t kMaxRequestBytes = 1ull << 60;
 
 std::uint64_t round_up(std::uint64_t v, std::uint64_t m) { return (v + m - 1) / m * m; }
 
@@ -612,8 +615,11 @@ struct AllocatorModel::Impl {
       if (has_room(c)) return c;
     }
     const std::uint64_t page = pool.small ? kAllocSmallBuffer : settings.large_segment_bytes;
-    const std::uint64_t total = settings.capacity_bytes ? settings.capacity_bytes : kUnlimitedVaBytes;
+    // Capped so that the sum and the rounding below cannot wrap past 2^64.
+    const std::uint64_t total =
+        std::min(settings.capacity_bytes ? settings.capacity_bytes : kUnlimitedVaBytes, kMaxRequestBytes);
     const std::uint64_t va = round_up(total + total / 8, page);
+    if (va < size) return nullptr;  // larger than the address space torch reserves: cannot map
     auto seg = std::make_unique<Segment>();
     seg->base = take_va(va);
     seg->size = va;
@@ -669,6 +675,7 @@ struct AllocatorModel::Impl {
 
   Block* try_allocate_expandable(Pool& pool, std::uint64_t size, std::uint64_t stream) {
     Block* c = find_expandable_block(pool, size, stream);
+    if (c == nullptr) return nullptr;
     if (!c->mapped && !map_block(c, std::min(c->size, size))) return nullptr;
     while (c->size < size) {
       Block* next = c->next;
@@ -924,6 +931,11 @@ struct AllocatorModel::Impl {
     }
     call_segment_bytes = 0;
     call_released_bytes = 0;
+    if (requested > kMaxRequestBytes) {  // no device has it; rounding it would wrap past 2^64
+      ++st.oom_count;
+      r.status = MallocStatus::OutOfMemory;
+      return r;
+    }
     const std::uint64_t size = cuda_round_size(requested, rules);
     Pool& pool = pool_for(size);
     const std::uint64_t alloc_size = allocator_segment_size(size, settings);

@@ -580,7 +580,10 @@ class ReplayPass {
     ++c.samples;
     if (e.value != ours) {
       if (c.mismatches == 0) {
-        c.first_difference_bytes = static_cast<std::int64_t>(ours) - static_cast<std::int64_t>(e.value);
+        // ours - reading, saturated: a corrupt reading may be near 2^64
+        const std::uint64_t d = ours > e.value ? ours - e.value : e.value - ours;
+        const std::int64_t magnitude = static_cast<std::int64_t>(std::min<std::uint64_t>(d, INT64_MAX));
+        c.first_difference_bytes = ours > e.value ? magnitude : d > INT64_MAX ? INT64_MIN : -magnitude;
         c.first_mismatch_seq = e.seq;
       }
       ++c.mismatches;
@@ -716,6 +719,7 @@ class ReplayPass {
   // Dashboards: the live bytes a sampler would read every period (15 s and 30 s).
   struct Sampler {
     std::uint64_t period_ns, next_ns, samples = 0, max = 0;
+    bool exhausted = false;  // next_ns would pass UINT64_MAX
   };
   std::vector<Sampler> samplers_;
   bool sampling_started_ = false;
@@ -737,10 +741,17 @@ class ReplayPass {
     }
     if (options_.probe_time_ns && !report_.probe && now_ns > *options_.probe_time_ns) take_probe();
     for (Sampler& s : samplers_) {
-      while (now_ns >= s.next_ns) {  // the state as of just before this event
-        ++s.samples;
-        s.max = std::max(s.max, ledger_.live_bytes());
-        s.next_ns += s.period_ns;
+      if (s.exhausted || now_ns < s.next_ns) continue;
+      // Every sampling instant up to now reads the state as of just before this event. Counted,
+      // not looped: a corrupt trace may jump its clock by centuries (or to near 2^64, where
+      // stepping next_ns would wrap around and never pass now_ns).
+      const std::uint64_t due = (now_ns - s.next_ns) / s.period_ns + 1;
+      s.samples += due;
+      s.max = std::max(s.max, ledger_.live_bytes());
+      if (due > (UINT64_MAX - s.next_ns) / s.period_ns) {
+        s.exhausted = true;  // the next instant is past the end of the clock
+      } else {
+        s.next_ns += due * s.period_ns;
       }
     }
   }

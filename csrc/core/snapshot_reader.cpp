@@ -62,6 +62,27 @@ struct Entry {
   std::optional<bool> category_inferred;
 };
 
+// The items (entries, frames, blocks) the replay may visit. The pickle reader shares a container
+// that the memo references again (BINGET, 2 bytes) instead of copying it, so a hostile file can
+// reference one large list from thousands of places and make the replay copy it each time (a
+// "billion laughs" bomb: a few hundred KiB that would need terabytes). In a real snapshot every
+// item visited is a distinct opcode of at least one byte, so the file's size bounds the visits.
+class VisitBudget {
+ public:
+  explicit VisitBudget(std::uint64_t file_bytes) : left_(file_bytes + kSlack) {}
+  void take(std::uint64_t items, const std::string& where) {
+    if (items > left_) {
+      content_error(where + " makes the snapshot reference more items than its bytes can hold (the same "
+                            "lists referenced many times over: a decompression bomb?)");
+    }
+    left_ -= items;
+  }
+
+ private:
+  static constexpr std::uint64_t kSlack = 4096;
+  std::uint64_t left_;
+};
+
 // Field readers with messages that name where the problem is.
 const PickleValue* field(const PickleValue& d, std::string_view key) { return d.get(key); }
 
@@ -101,11 +122,12 @@ const PickleValue& list_field(const PickleValue& d, std::string_view key, const 
   return *v;
 }
 
-std::vector<Frame> read_frames(const PickleValue& d, const std::string& where) {
+std::vector<Frame> read_frames(const PickleValue& d, const std::string& where, VisitBudget& budget) {
   std::vector<Frame> out;
   const PickleValue* v = field(d, "frames");
   if (v == nullptr || v->type == PickleValue::Type::None) return out;
   if (!v->is_list_like()) content_error(where + "['frames'] must be a list, got " + type_of(*v));
+  budget.take(v->list().size(), where + "['frames']");
   std::size_t i = 0;
   for (const PickleValue& f : v->list()) {
     const std::string fw = where + "['frames'][" + std::to_string(i++) + "]";
@@ -117,7 +139,7 @@ std::vector<Frame> read_frames(const PickleValue& d, const std::string& where) {
   return out;
 }
 
-Entry read_entry(const PickleValue& t, const std::string& where) {
+Entry read_entry(const PickleValue& t, const std::string& where, VisitBudget& budget) {
   if (!t.is_dict()) content_error(where + " must be a dict, got " + type_of(t));
   Entry e;
   e.action = parse_action(str_field(t, "action", where));
@@ -132,7 +154,7 @@ Entry read_entry(const PickleValue& t, const std::string& where) {
   e.stream = opt_uint(t, "stream", where).value_or(0);
   e.time_us = opt_uint(t, "time_us", where).value_or(0);
   e.block_size = opt_uint(t, "block_size", where);
-  e.frames = read_frames(t, where);
+  e.frames = read_frames(t, where, budget);
   if (const PickleValue* c = field(t, "category"); c != nullptr && c->type != PickleValue::Type::None) {
     if (!c->is_str()) content_error(where + "['category'] must be a str, got " + type_of(*c));
     e.category = c->str();
@@ -265,8 +287,9 @@ std::string read_file(const std::string& path) {
 
 class Converter {
  public:
-  Converter(const PickleValue& root, int protocol, const SnapshotReadOptions& options, Recorder& rec)
-      : root_(root), options_(options), rec_(rec) {
+  Converter(const PickleValue& root, int protocol, std::uint64_t file_bytes, const SnapshotReadOptions& options,
+            Recorder& rec)
+      : root_(root), options_(options), rec_(rec), budget_(file_bytes) {
     info_.protocol = protocol;
   }
 
@@ -297,7 +320,9 @@ class Converter {
       const PickleValue& list = traces->list()[device_index_];
       std::size_t i = 0;
       for (const PickleValue& t : list.list()) {
-        entries_.push_back(read_entry(t, "device_traces[" + std::to_string(device_index_) + "][" + std::to_string(i++) + "]"));
+        const std::string where = "device_traces[" + std::to_string(device_index_) + "][" + std::to_string(i++) + "]";
+        budget_.take(1, where);
+        entries_.push_back(read_entry(t, where, budget_));
       }
     }
     info_.trace_entries = entries_.size();
@@ -385,6 +410,7 @@ class Converter {
       end_segments_.emplace_back(address, total);
       std::uint64_t at = address;
       const PickleValue& blocks = list_field(s, "blocks", where);
+      budget_.take(blocks.list().size(), where + "['blocks']");
       std::size_t bi = 0;
       for (const PickleValue& b : blocks.list()) {
         const std::string bw = where + "['blocks'][" + std::to_string(bi++) + "]";
@@ -398,7 +424,7 @@ class Converter {
           sb.addr = addr;
           sb.bytes = size;
           sb.requested = opt_uint(b, "requested_size", bw).value_or(size);
-          sb.frames = read_frames(b, bw);
+          sb.frames = read_frames(b, bw, budget_);
           if (const PickleValue* c = b.get("category"); c != nullptr && c->is_str()) sb.category = c->str();
           end_blocks_.push_back(std::move(sb));
         }
@@ -803,6 +829,7 @@ class Converter {
   const PickleValue& root_;
   const SnapshotReadOptions& options_;
   Recorder& rec_;
+  VisitBudget budget_;
   SnapshotImport info_;
   bool ours_ = false;
   bool cpu_ = false;
@@ -872,7 +899,7 @@ SnapshotImport snapshot_to_trace(const std::string& pickle_path, const std::stri
     throw SnapshotError("'" + pickle_path + "' is not a readable snapshot pickle: " + e.what(), e.offset());
   }
   Recorder rec(trace_path);
-  Converter converter(parsed.root, parsed.protocol, options, rec);
+  Converter converter(parsed.root, parsed.protocol, bytes.size(), options, rec);
   SnapshotImport info = converter.run();
   rec.close();
   if (rec.failed()) throw SnapshotError("cannot write the replayed trace '" + trace_path + "': " + rec.error(), 0);

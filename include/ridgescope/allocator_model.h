@@ -23,7 +23,9 @@
 // recorded run's releases can be replayed one by one (release_cached_segment).
 //
 // Errors: a malformed settings string is refused by parse_allocator_settings with a message
-// naming the option. malloc/free never throw: failure is reported in the result.
+// naming the option. malloc/free never throw: failure is reported in the result. A request
+// above 1 EiB, or with expandable segments one larger than the segment's address space (1 1/8
+// of capacity_bytes; of 1 TiB when no capacity is set), fails as OutOfMemory, as on a device.
 //
 // Thread-safety: an AllocatorModel is not synchronised; use one from one thread at a time
 // (the real allocator's lock is not modelled because replay is sequential). The free functions
