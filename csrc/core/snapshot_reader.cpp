@@ -65,11 +65,13 @@ struct Entry {
 // The items (entries, frames, blocks) the replay may visit. The pickle reader shares a container
 // that the memo references again (BINGET, 2 bytes) instead of copying it, so a hostile file can
 // reference one large list from thousands of places and make the replay copy it each time (a
-// "billion laughs" bomb: a few hundred KiB that would need terabytes). In a real snapshot every
-// item visited is a distinct opcode of at least one byte, so the file's size bounds the visits.
+// "billion laughs" bomb: a few hundred KiB that would need terabytes). In a real snapshot nearly
+// every item visited is its own opcode of at least one byte; torch shares one frames list among
+// an allocation's alloc, free_requested and free_completed entries and its block (3-4 visits of
+// a list whose references cost 2-5 bytes each), so four visits per byte leave room to spare.
 class VisitBudget {
  public:
-  explicit VisitBudget(std::uint64_t file_bytes) : left_(file_bytes + kSlack) {}
+  explicit VisitBudget(std::uint64_t file_bytes) : left_(kVisitsPerByte * file_bytes + kSlack) {}
   void take(std::uint64_t items, const std::string& where) {
     if (items > left_) {
       content_error(where + " makes the snapshot reference more items than its bytes can hold (the same "
@@ -79,7 +81,8 @@ class VisitBudget {
   }
 
  private:
-  static constexpr std::uint64_t kSlack = 4096;
+  static constexpr std::uint64_t kVisitsPerByte = 4;
+  static constexpr std::uint64_t kSlack = 64 * 1024;
   std::uint64_t left_;
 };
 
