@@ -220,6 +220,7 @@ def test_a_killed_process_leaves_a_readable_trace(trace_path):
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
+        proc.stdout.close()
     r = rs.load(trace_path).to_dict()
     complete = [s for s in r["steps"] if s["complete"]]
     assert len(complete) >= 5

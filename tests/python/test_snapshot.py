@@ -180,8 +180,9 @@ def test_a_reduce_payload_is_refused_and_never_runs(tmp_path, protocol):
                            protocol=protocol)
     # The payload is real: Python's pickle would run it.
     proof = tmp_path / "proof-that-it-runs"
-    pickle.loads(pickle.dumps({"segments": [], "device_traces": [[CreatesAFile(proof)]]},
-                              protocol=protocol))
+    ran = pickle.loads(pickle.dumps({"segments": [], "device_traces": [[CreatesAFile(proof)]]},
+                                    protocol=protocol))
+    ran["device_traces"][0][0].close()  # the file object the payload opened
     assert proof.exists()
     path = tmp_path / "evil.pickle"
     path.write_bytes(payload)
