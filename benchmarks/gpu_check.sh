@@ -6,9 +6,11 @@
 #   bash benchmarks/gpu_check_deps.sh        # once, on the development machine (.rs_deps)
 #   bash benchmarks/gpu_check.sh [gpu_check.py options, e.g. --only exactness,history]
 #
-# Needs there: python3 with a CUDA torch, cmake >= 3.18, ninja or make, a C++20 compiler, the
-# Python headers. Abseil comes from .rs_deps/absl when the machine has none. Budget: under 8
-# minutes in all, the build about 1-2 minutes on 16 cores. Exit status: the check's.
+# Needs there: python3 with a CUDA torch and setuptools (torch.utils.cpp_extension, which the
+# configure step imports, needs it on Python 3.12), cmake >= 3.18, ninja or make, a C++20
+# compiler, the Python headers. Abseil comes from .rs_deps/absl when the machine has none.
+# Budget: under 8 minutes in all, the build about 1-2 minutes on 16 cores. Exit status: the
+# check's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)

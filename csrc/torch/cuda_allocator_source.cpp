@@ -58,6 +58,24 @@ void record_all_locked() noexcept {
 namespace cca = c10::cuda::CUDACachingAllocator;
 using TorchTraceEntry = cca::TraceEntry;
 
+// Every torch this file supports (2.11 through 2.14, design.md §8) has what the `if constexpr`
+// adapters below prefer; checked here so that a header change fails the build instead of
+// silently taking a fallback (no include_traces: a snapshot that copies the whole trace ring; a
+// missing settings field: wrong block sizes). All hold against the 2.11.0 and 2.14.1 headers.
+template <class A> constexpr bool kHasSnapshotWithoutTraces = requires(A* a) { a->snapshot({0, 0}, false); };
+template <class C> constexpr bool kHasRoundingSettings = requires(const C& c) {
+  c.roundup_power2_divisions.size();
+  c.max_split_size;
+  c.expandable_segments;
+};
+template <class Ctx> constexpr bool kHasLazyInitDevice = requires(Ctx& c) { c.lazyInitDevice(c10::DeviceType::CUDA); };
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11)
+static_assert(kHasSnapshotWithoutTraces<cca::CUDAAllocator>, "torch >= 2.11: CUDAAllocator::snapshot(MempoolId_t, bool include_traces)");
+static_assert(kHasRoundingSettings<cca::AllocatorConfigInfo>,
+              "torch >= 2.11: AllocatorConfigInfo has roundup_power2_divisions, max_split_size, expandable_segments");
+static_assert(kHasLazyInitDevice<at::Context>, "torch >= 2.11: at::Context::lazyInitDevice");
+#endif
+
 CudaTraceAction to_action(const TorchTraceEntry& te) noexcept {
   // TraceEntry::Action grows between releases (ANNOTATE in 2.14): anything not listed here is
   // Unknown and counted.
@@ -76,7 +94,8 @@ CudaTraceAction to_action(const TorchTraceEntry& te) noexcept {
 }
 
 // The thin adapter: reads fields, never constructs a TraceEntry (its constructor changes in
-// nearly every release). stream_ is cudaStream_t before ~2.11 and void* after; both cast.
+// nearly every release). stream_ is cudaStream_t before 2.11 and void* from 2.11 on (seen in the
+// 2.11.0 headers); both cast.
 CudaTraceEntry adapt(const TorchTraceEntry& te) noexcept {
   CudaTraceEntry e;
   e.action = to_action(te);
