@@ -261,28 +261,8 @@ const char* kDriverJson = R"({"available":true,"reason":"","total_bytes":8589934
 // One CPU training step with phases, tags, samples, an OOM and run metadata.
 void write_step(TraceBuilder& t) {
   t.metadata("run", kRunJson).metadata("session", kSessionJson).metadata("driver_view", kDriverJson);
-  t.at(1000);
-  t.alloc(0x1000, 4096).tag(0x1000, Category::Parameter, "fc1.weight");
-  t.alloc(0x3000, 1024).tag(0x3000, Category::Parameter, "fc2.weight");
-  t.alloc(0x10000, 512);
-  t.at(2000).begin("forward").tag(0x10000, Category::Input, "input", true);
-  t.alloc(0x20000, 2048).tag(0x20000, Category::Activation, "activation saved in fc1", true);
-  t.alloc(0x30000, 700).free(0x30000).sample(8192);
-  t.end("forward");
-  t.at(3000).begin("backward");
-  t.alloc(0x60000, 1024).tag(0x60000, Category::Gradient, "grad of fc2.weight");
-  t.alloc(0x70000, 2048);
-  t.alloc(0x80000, 4096).tag(0x80000, Category::Gradient, "grad of fc1.weight");
-  t.free(0x70000).free(0x20000);
-  t.end("backward");
-  t.at(4000).begin("optimizer_step");
-  t.alloc(0x90000, 4096).alloc(0xB0000, 1024);
-  t.alloc(0xE0000, 512).free(0xE0000);
-  t.tag(0x90000, Category::OptimizerState, "exp_avg of fc1.weight");
-  t.tag(0xB0000, Category::OptimizerState, "exp_avg of fc2.weight");
-  t.oom(1ull << 40, 1 << 20);
-  t.end("optimizer_step").step(0);
-  t.close();
+  write_adam_step(t, {.forward_sample_bytes = 8192, .oom_request_bytes = 1ull << 40,
+                      .oom_device_free_bytes = 1 << 20});
 }
 
 // The same step on a CUDA device, with segments.

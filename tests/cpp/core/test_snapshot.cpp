@@ -42,31 +42,6 @@ std::string s(const PickleValue& d, const char* key) {
   return std::string(v->str());
 }
 
-// One CPU training step of a two-layer model with Adam: parameters (5120 B), an input, two
-// saved activations, a temporary, gradients, and lazily created optimizer state.
-void write_step(TraceBuilder& t) {
-  t.at(1000);
-  t.alloc(0x1000, 4096).tag(0x1000, Category::Parameter, "fc1.weight");
-  t.alloc(0x3000, 1024).tag(0x3000, Category::Parameter, "fc2.weight");
-  t.alloc(0x10000, 512);
-  t.at(2000).begin("forward").tag(0x10000, Category::Input, "input", true);
-  t.alloc(0x20000, 2048).tag(0x20000, Category::Activation, "activation saved in fc1", true);
-  t.alloc(0x30000, 700).free(0x30000);
-  t.end("forward");
-  t.at(3000).begin("backward");
-  t.alloc(0x60000, 1024).tag(0x60000, Category::Gradient, "grad of fc2.weight");
-  t.alloc(0x70000, 2048);
-  t.alloc(0x80000, 4096).tag(0x80000, Category::Gradient, "grad of fc1.weight");
-  t.free(0x70000).free(0x20000);
-  t.end("backward");
-  t.at(4000).begin("optimizer_step");
-  t.alloc(0x90000, 4096).alloc(0xB0000, 1024);
-  t.alloc(0xE0000, 512).free(0xE0000);
-  t.tag(0x90000, Category::OptimizerState, "exp_avg of fc1.weight");
-  t.tag(0xB0000, Category::OptimizerState, "exp_avg of fc2.weight");
-  t.end("optimizer_step").step(0);
-  t.close();
-}
 }  // namespace
 
 SCENARIO("a CPU trace exported as a torch memory snapshot", "[core][snapshot]") {
@@ -74,7 +49,7 @@ SCENARIO("a CPU trace exported as a torch memory snapshot", "[core][snapshot]") 
     TempPath trace, pickle(".pickle");
     {
       TraceBuilder t(trace.str());
-      write_step(t);
+      write_adam_step(t);
     }
     const SnapshotWriteStats stats = write_snapshot(trace.str(), pickle.str());
     const std::string bytes = slurp(pickle.str());

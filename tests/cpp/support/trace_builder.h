@@ -1,6 +1,7 @@
 // trace_builder.h — writes a scripted trace through the real Recorder, for specification tests.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <unistd.h>
@@ -111,5 +112,43 @@ class TraceBuilder {
   bool explicit_time_ = false;
   std::uint64_t time_ns_ = 0;
 };
+
+// What write_adam_step() adds to the plain step (for specs that need the extra records).
+struct AdamStepExtras {
+  std::uint64_t forward_sample_bytes = 0;  // an allocator_live_bytes sample in forward; 0: none
+  std::uint64_t oom_request_bytes = 0;     // a failed request in the optimizer step; 0: none
+  std::uint64_t oom_device_free_bytes = 0;
+};
+
+// One CPU training step of a two-layer model with Adam, a known trace for several specs:
+// parameters (4096 + 1024 B), an input (512 B), a saved activation (2048 B), a temporary (700 B)
+// in forward; gradients (1024 + 4096 B) and a temporary (2048 B) in backward; optimizer state
+// created lazily (4096 + 1024 B) and a temporary (512 B) in the optimizer step. Times 1000 ns
+// (parameters), 2000 (forward), 3000 (backward), 4000 (optimizer step). Closes the trace.
+inline void write_adam_step(TraceBuilder& t, const AdamStepExtras& extras = {}) {
+  t.at(1000);
+  t.alloc(0x1000, 4096).tag(0x1000, Category::Parameter, "fc1.weight");
+  t.alloc(0x3000, 1024).tag(0x3000, Category::Parameter, "fc2.weight");
+  t.alloc(0x10000, 512);
+  t.at(2000).begin("forward").tag(0x10000, Category::Input, "input", true);
+  t.alloc(0x20000, 2048).tag(0x20000, Category::Activation, "activation saved in fc1", true);
+  t.alloc(0x30000, 700).free(0x30000);
+  if (extras.forward_sample_bytes != 0) t.sample(extras.forward_sample_bytes);
+  t.end("forward");
+  t.at(3000).begin("backward");
+  t.alloc(0x60000, 1024).tag(0x60000, Category::Gradient, "grad of fc2.weight");
+  t.alloc(0x70000, 2048);
+  t.alloc(0x80000, 4096).tag(0x80000, Category::Gradient, "grad of fc1.weight");
+  t.free(0x70000).free(0x20000);
+  t.end("backward");
+  t.at(4000).begin("optimizer_step");
+  t.alloc(0x90000, 4096).alloc(0xB0000, 1024);
+  t.alloc(0xE0000, 512).free(0xE0000);
+  t.tag(0x90000, Category::OptimizerState, "exp_avg of fc1.weight");
+  t.tag(0xB0000, Category::OptimizerState, "exp_avg of fc2.weight");
+  if (extras.oom_request_bytes != 0) t.oom(extras.oom_request_bytes, extras.oom_device_free_bytes);
+  t.end("optimizer_step").step(0);
+  t.close();
+}
 
 }  // namespace ridgescope::testing
