@@ -349,6 +349,9 @@ std::string report_to_json(const Report& r) {
     w.field("categories", si.categories_inferred).field("phases", si.phases_inferred);
     w.field("block_sizes", si.block_sizes_inferred);
     w.end_object();
+    w.field("block_sizes_modelled", si.block_sizes_modelled);
+    w.field("blocks_larger_than_rounded", si.blocks_larger_than_rounded);
+    w.field("unmatched_entries", si.unmatched_entries);
     w.field("categorised_from_snapshot", si.categorised_from_snapshot);
     w.field("categorised_from_frames", si.categorised_from_frames);
     w.key("notes").begin_array();

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "pickle_reader.h"
+#include "ridgescope/cuda_trace.h"
 #include "ridgescope/recorder.h"
 #include "ridgescope/snapshot.h"
 
@@ -33,15 +35,17 @@ using detail::PickleValue;
 std::string type_of(const PickleValue& v) { return std::string(detail::pickle_type_name(v.type)); }
 
 enum class Action : std::uint8_t {
-  Alloc, FreeRequested, FreeCompleted, SegmentAlloc, SegmentFree, Oom, Annotate, Other
+  Alloc, FreeRequested, FreeCompleted, SegmentAlloc, SegmentFree, SegmentMap, SegmentUnmap, Oom, Annotate, Other
 };
 
 Action parse_action(std::string_view a) {
   if (a == "alloc") return Action::Alloc;
   if (a == "free_requested") return Action::FreeRequested;
   if (a == "free_completed" || a == "free") return Action::FreeCompleted;  // "free": legacy
-  if (a == "segment_alloc" || a == "segment_map") return Action::SegmentAlloc;
-  if (a == "segment_free" || a == "segment_unmap") return Action::SegmentFree;
+  if (a == "segment_alloc") return Action::SegmentAlloc;
+  if (a == "segment_free") return Action::SegmentFree;
+  if (a == "segment_map") return Action::SegmentMap;      // expandable segments
+  if (a == "segment_unmap") return Action::SegmentUnmap;
   if (a == "oom") return Action::Oom;
   if (a == "annotate") return Action::Annotate;
   return Action::Other;  // "snapshot" and actions of newer torch versions
@@ -256,13 +260,6 @@ std::optional<Category> category_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-// The CUDA caching allocator's block for a request without roundup_power2_divisions: at least
-// 512 bytes, a multiple of 512.
-std::uint64_t cuda_block_bytes(std::uint64_t requested) {
-  if (requested < 512) return 512;
-  return (requested + 511) / 512 * 512;
-}
-
 struct StartBlock {
   std::uint64_t addr = 0, bytes = 0, requested = 0;
   std::optional<std::string_view> category;
@@ -330,8 +327,11 @@ class Converter {
     }
     info_.trace_entries = entries_.size();
     if (segments != nullptr) read_end_segments(*segments);
+    read_allocator_settings();
     read_annotations();
     prescan();
+    modelled_ = !ours_ && !cpu_;
+    if (modelled_) translator_ = std::make_unique<CudaTraceTranslator>(rules_);
     emit();
     finish_info();
     return info_;
@@ -410,7 +410,11 @@ class Converter {
       if (device != device_index_) continue;
       const std::uint64_t address = uint_field(s, "address", where);
       const std::uint64_t total = uint_field(s, "total_size", where);
-      end_segments_.emplace_back(address, total);
+      if (const PickleValue* x = s.get("is_expandable"); x != nullptr && x->type == PickleValue::Type::Bool && x->boolean) {
+        add_interval(end_mapped_, address, address + total);
+      } else {
+        end_segments_.emplace_back(address, total);
+      }
       std::uint64_t at = address;
       const PickleValue& blocks = list_field(s, "blocks", where);
       budget_.take(blocks.list().size(), where + "['blocks']");
@@ -432,6 +436,47 @@ class Converter {
           end_blocks_.push_back(std::move(sb));
         }
         at = addr + size;
+      }
+    }
+  }
+
+  // allocator_settings (torch/csrc/cuda/Module.cpp): the rules that decide block sizes.
+  // max_split_size is int64(SIZE_MAX) = -1 when unlimited; roundup_power2_divisions is a dict
+  // {"1": n, "2": n, "4": n, ..., "32768": n}: the key 2^i holds interval i.
+  void read_allocator_settings() {
+    const PickleValue* a = root_.is_dict() ? field(root_, "allocator_settings") : nullptr;
+    if (a == nullptr || a->type == PickleValue::Type::None) return;
+    const std::string where = "allocator_settings";
+    if (!a->is_dict()) content_error(where + " must be a dict, got " + type_of(*a));
+    if (const PickleValue* m = a->get("max_split_size"); m != nullptr && m->type != PickleValue::Type::None) {
+      if (m->type != PickleValue::Type::Int) content_error(where + "['max_split_size'] must be an int, got " + type_of(*m));
+      std::uint64_t v = 0;
+      // negative (SIZE_MAX written as int64) or absurdly large: no limit
+      if (m->to_uint64(&v) && v > 0 && v < (1ull << 62)) rules_.max_split_size = v;
+    }
+    if (const PickleValue* x = a->get("expandable_segments"); x != nullptr && x->type != PickleValue::Type::None) {
+      if (x->type != PickleValue::Type::Bool) content_error(where + "['expandable_segments'] must be a bool, got " + type_of(*x));
+      rules_.expandable_segments = x->boolean;
+    }
+    if (const PickleValue* r = a->get("roundup_power2_divisions"); r != nullptr && r->type != PickleValue::Type::None) {
+      if (!r->is_dict()) content_error(where + "['roundup_power2_divisions'] must be a dict, got " + type_of(*r));
+      for (const auto& [k, v] : r->dict()) {
+        std::uint64_t key = 0, divisions = 0;
+        if (k.is_str()) {
+          const std::string_view ks = k.str();
+          if (ks.empty() || ks.size() > 6) continue;
+          for (char c : ks) {
+            if (c < '0' || c > '9') { key = 0; break; }
+            key = key * 10 + static_cast<std::uint64_t>(c - '0');
+          }
+        }
+        if (key == 0 || (key & (key - 1)) != 0) continue;  // not a power of two: not torch's key
+        if (!v.to_uint64(&divisions)) {
+          content_error(where + "['roundup_power2_divisions'] values must be ints, got " + type_of(v));
+        }
+        std::size_t i = 0;
+        while ((1ull << i) < key) ++i;
+        if (i < rules_.roundup_power2_divisions.size()) rules_.roundup_power2_divisions[i] = divisions;
       }
     }
   }
@@ -577,11 +622,56 @@ class Converter {
     for (const auto& [addr, size] : end_segments_) {
       if (!live_segments.contains(addr)) start_segments_.emplace_back(addr, size);
     }
+    // Expandable segments map and unmap ranges that need not line up with each other: what
+    // was mapped at the start is what is mapped at the end, walked back through the trace
+    // (an unmap means the range was mapped before it; a map, that it was not).
+    std::map<std::uint64_t, std::uint64_t> mapped = end_mapped_;
+    for (std::size_t i = entries_.size(); i-- > 0;) {
+      const Entry& e = entries_[i];
+      if (e.action == Action::SegmentUnmap) add_interval(mapped, e.addr, e.addr + e.size);
+      if (e.action == Action::SegmentMap) remove_interval(mapped, e.addr, e.addr + e.size);
+    }
+    for (const auto& [lo, hi] : mapped) {
+      start_segments_.emplace_back(lo, hi - lo);
+      expandable_starts_.insert(lo);
+    }
     info_.live_at_start_blocks = start_blocks_.size();
   }
 
+  // Half-open address intervals [lo, hi), kept merged: start -> end.
+  static void add_interval(std::map<std::uint64_t, std::uint64_t>& set, std::uint64_t lo, std::uint64_t hi) {
+    if (hi <= lo) return;
+    auto it = set.upper_bound(lo);
+    if (it != set.begin() && std::prev(it)->second >= lo) {
+      --it;
+      lo = it->first;
+      hi = std::max(hi, it->second);
+      it = set.erase(it);
+    }
+    while (it != set.end() && it->first <= hi) {
+      hi = std::max(hi, it->second);
+      it = set.erase(it);
+    }
+    set.emplace(lo, hi);
+  }
+  static void remove_interval(std::map<std::uint64_t, std::uint64_t>& set, std::uint64_t lo, std::uint64_t hi) {
+    if (hi <= lo) return;
+    auto it = set.upper_bound(lo);
+    if (it != set.begin()) --it;
+    while (it != set.end() && it->first < hi) {
+      const std::uint64_t a = it->first, b = it->second;
+      if (b <= lo) {
+        ++it;
+        continue;
+      }
+      it = set.erase(it);
+      if (a < lo) set.emplace(a, lo);
+      if (b > hi) it = set.emplace(hi, b).first;
+    }
+  }
+
   std::uint64_t block_bytes(std::uint64_t requested) const {
-    return cpu_ ? requested : cuda_block_bytes(requested);
+    return cpu_ ? requested : cuda_round_size(requested, rules_);
   }
 
   std::uint64_t time_ns(std::uint64_t time_us) {
@@ -701,17 +791,21 @@ class Converter {
     }
     // The state before the first entry.
     const std::uint64_t t0 = 0;
-    if (!cpu_) {
-      for (const auto& [addr, size] : start_segments_) {
-        Event e = make(EventKind::SegmentAlloc, t0);
-        e.addr = addr;
-        e.bytes = size;
-        rec_.record_timed(e);
+    if (modelled_) {
+      adopt_start_state();
+    } else {
+      if (!cpu_) {
+        for (const auto& [addr, size] : start_segments_) {
+          Event e = make(EventKind::SegmentAlloc, t0);
+          e.addr = addr;
+          e.bytes = size;
+          rec_.record_timed(e);
+        }
       }
-    }
-    for (const StartBlock& b : start_blocks_) {
-      alloc(b.addr, b.bytes, b.requested, 0, t0, ours_ ? std::string(b.module) : origin_from_frames(b.frames));
-      tag_block(b.addr, t0, b.category, b.frames, b.label, b.category_inferred);
+      for (const StartBlock& b : start_blocks_) {
+        alloc(b.addr, b.bytes, b.requested, 0, t0, ours_ ? std::string(b.module) : origin_from_frames(b.frames));
+        tag_block(b.addr, t0, b.category, b.frames, b.label, b.category_inferred);
+      }
     }
     for (std::size_t i = 0; i < entries_.size(); ++i) {
       const Entry& e = entries_[i];
@@ -722,6 +816,11 @@ class Converter {
       }
       if (!ours_) emit_torch_marks_before(e.time_us);
       const std::uint64_t t = time_ns(e.time_us);
+      if (modelled_ && e.action != Action::Annotate) {
+        if (e.action == Action::Alloc) infer_phase(e, t);
+        translate(e, i, t);
+        continue;
+      }
       switch (e.action) {
         case Action::Alloc: {
           if (!ours_) infer_phase(e, t);
@@ -744,9 +843,12 @@ class Converter {
           break;
         }
         case Action::SegmentAlloc:
-        case Action::SegmentFree: {
+        case Action::SegmentFree:
+        case Action::SegmentMap:
+        case Action::SegmentUnmap: {
           if (cpu_) break;  // a CPU export's segments mirror its blocks
-          Event s = make(e.action == Action::SegmentAlloc ? EventKind::SegmentAlloc : EventKind::SegmentFree, t);
+          const bool grows = e.action == Action::SegmentAlloc || e.action == Action::SegmentMap;
+          Event s = make(grows ? EventKind::SegmentAlloc : EventKind::SegmentFree, t);
           s.addr = e.addr;
           s.bytes = e.size;
           s.stream = e.stream;
@@ -781,6 +883,113 @@ class Converter {
     if (!current_phase_.empty()) phase(false, current_phase_, last_ns_);
   }
 
+  // --- PyTorch's CUDA snapshots: block sizes from a model of the segments -----------------
+  // torch's trace records the *requested* bytes of each allocation. The block it got (what
+  // memory_allocated() counts) is the rounded size, or a whole free block when the allocator
+  // did not split it (up to 1 MiB more; oversize blocks more still). CudaTraceTranslator
+  // models the segments from the trace's segment entries and recomputes each block exactly
+  // under the snapshot's allocator_settings (the same code as the live CUDA source).
+
+  CudaTraceEntry cuda_entry(const Entry& e) const {
+    CudaTraceEntry c;
+    switch (e.action) {
+      case Action::Alloc: c.action = CudaTraceAction::Alloc; break;
+      case Action::FreeRequested: c.action = CudaTraceAction::FreeRequested; break;
+      case Action::FreeCompleted: c.action = CudaTraceAction::FreeCompleted; break;
+      case Action::SegmentAlloc: c.action = CudaTraceAction::SegmentAlloc; break;
+      case Action::SegmentFree: c.action = CudaTraceAction::SegmentFree; break;
+      case Action::SegmentMap: c.action = CudaTraceAction::SegmentMap; break;
+      case Action::SegmentUnmap: c.action = CudaTraceAction::SegmentUnmap; break;
+      case Action::Oom: c.action = CudaTraceAction::Oom; break;
+      default: c.action = CudaTraceAction::Unknown; break;
+    }
+    c.device = device_.index;
+    c.addr = e.action == Action::Oom ? e.device_free : e.addr;
+    c.size = e.size;
+    c.stream = e.stream;
+    return c;
+  }
+
+  // A legacy "free" (no free_requested before it) frees the block where it is seen.
+  // `index`: the entry's place in the trace (a block live at the end takes the segments' exact
+  // size, which holds even where the replay began from a guessed start state).
+  void translate(const Entry& e, std::size_t index, std::uint64_t t) {
+    scratch_.clear();
+    const bool legacy_free = e.action == Action::FreeCompleted && live_bytes_.contains(e.addr) &&
+                             !requested_free_.contains(e.addr);
+    if (legacy_free) {
+      Entry r = e;
+      r.action = Action::FreeRequested;
+      translator_->translate(cuda_entry(r), &scratch_);
+    }
+    if (e.action == Action::FreeRequested) requested_free_.insert(e.addr);
+    if (e.action == Action::FreeCompleted) requested_free_.erase(e.addr);
+    translator_->translate(cuda_entry(e), &scratch_);
+    for (Event ev : scratch_) {
+      ev.time_ns = t;
+      ev.device = device_;
+      if (ev.kind == EventKind::Alloc) {
+        if (auto exact = exact_bytes_.find(index); exact != exact_bytes_.end()) ev.bytes = exact->second;
+        const std::string origin = origin_from_frames(e.frames);
+        ev.string_id = origin.empty() ? 0 : rec_.intern(origin);
+        rec_.record_timed(ev);
+        live_bytes_[ev.addr] = ev.bytes;
+        ++blocks_modelled_;
+        if (ev.bytes != block_bytes(e.size)) ++blocks_larger_than_rounded_;
+        tag_block(ev.addr, t, e.category, e.frames, e.label, e.category_inferred);
+        continue;
+      }
+      if (ev.kind == EventKind::Free) live_bytes_.erase(ev.addr);
+      rec_.record_timed(ev);
+    }
+  }
+
+  // The segments and blocks that existed before the first entry, adopted by the translator
+  // (segments in address order, each followed by its blocks); blocks in no known segment are
+  // plain allocations with the rounded size.
+  void adopt_start_state() {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> segs = start_segments_;
+    std::sort(segs.begin(), segs.end());
+    std::vector<const StartBlock*> blocks;
+    for (const StartBlock& b : start_blocks_) blocks.push_back(&b);
+    std::sort(blocks.begin(), blocks.end(), [](const StartBlock* a, const StartBlock* b) { return a->addr < b->addr; });
+    absl::flat_hash_set<const StartBlock*> placed;
+    auto emit_adopted = [&](const StartBlock* b) {
+      for (Event ev : scratch_) {
+        ev.time_ns = 0;
+        ev.device = device_;
+        if (ev.kind == EventKind::Alloc && b != nullptr) {
+          const std::string origin = origin_from_frames(b->frames);
+          ev.string_id = origin.empty() ? 0 : rec_.intern(origin);
+          rec_.record_timed(ev);
+          live_bytes_[ev.addr] = ev.bytes;
+          tag_block(ev.addr, 0, b->category, b->frames, b->label, b->category_inferred);
+        } else {
+          rec_.record_timed(ev);
+        }
+      }
+    };
+    std::size_t bi = 0;
+    for (const auto& [addr, size] : segs) {
+      scratch_.clear();
+      translator_->adopt_segment(device_.index, addr, size, 0, expandable_starts_.contains(addr), &scratch_);
+      emit_adopted(nullptr);
+      while (bi < blocks.size() && blocks[bi]->addr < addr) ++bi;
+      for (std::size_t j = bi; j < blocks.size() && blocks[j]->addr < addr + size; ++j) {
+        const StartBlock* b = blocks[j];
+        scratch_.clear();
+        translator_->adopt_block(device_.index, b->addr, b->bytes, b->requested, true, 0, &scratch_);
+        emit_adopted(b);
+        placed.insert(b);
+      }
+    }
+    for (const StartBlock* b : blocks) {
+      if (placed.contains(b)) continue;
+      alloc(b->addr, b->bytes, b->requested, 0, 0, origin_from_frames(b->frames));
+      tag_block(b->addr, 0, b->category, b->frames, b->label, b->category_inferred);
+    }
+  }
+
   void finish_info() {
     info_.categorised_from_snapshot = categorised_from_snapshot_;
     info_.categorised_from_frames = categorised_from_frames_;
@@ -809,9 +1018,25 @@ class Converter {
         info_.notes.push_back("No frame names a phase (the snapshot was recorded without stacks?): "
                               "the report has no phases, and lifetime categories need phases.");
       }
-      info_.notes.push_back("Block sizes of allocations freed before the snapshot are recomputed from "
-                            "the requested size with the caching allocator's default rounding (512-byte "
-                            "multiples); blocks live at the end use the segments' exact sizes.");
+      const CudaTranslatorStats ts = translator_ ? translator_->stats() : CudaTranslatorStats{};
+      info_.block_sizes_modelled = blocks_modelled_;
+      info_.blocks_larger_than_rounded = blocks_larger_than_rounded_;
+      info_.unmatched_entries = ts.unmatched_frees + ts.unmatched_segment_frees + ts.allocs_outside_segments;
+      info_.notes.push_back(
+          "PyTorch's trace records requested sizes; block sizes (what memory_allocated() counts) are "
+          "recomputed by replaying the segments under the snapshot's allocator_settings: rounding, and "
+          "blocks handed out whole when the allocator does not split them (" +
+          std::to_string(blocks_larger_than_rounded_) + " of " + std::to_string(blocks_modelled_) +
+          " allocations got a block larger than the rounded request).");
+      if (info_.unmatched_entries > 0) {
+        info_.notes.push_back(
+            std::to_string(info_.unmatched_entries) + " trace entries did not match the replayed segments (" +
+            std::to_string(ts.allocs_outside_segments) + " allocations outside any known segment, " +
+            std::to_string(ts.unmatched_frees) + " frees of unknown blocks, " +
+            std::to_string(ts.unmatched_segment_frees) +
+            " segment releases of unknown segments; the trace probably began after these were made): "
+            "their blocks use the rounded request size.");
+      }
     }
     if (info_.live_at_start_blocks > 0) {
       info_.notes.push_back(std::to_string(info_.live_at_start_blocks) +
@@ -860,6 +1085,15 @@ class Converter {
   std::uint64_t allocations_ = 0, categorised_from_snapshot_ = 0, categorised_from_frames_ = 0;
   std::uint64_t ignored_entries_ = 0;
   std::set<std::string> unknown_category_names_;
+  // PyTorch's CUDA snapshots: the segment model that sizes blocks (see translate()).
+  bool modelled_ = false;
+  CudaRoundingRules rules_;
+  std::unique_ptr<CudaTraceTranslator> translator_;
+  std::vector<Event> scratch_;
+  absl::flat_hash_set<std::uint64_t> expandable_starts_;  // start segments that are mapped ranges
+  std::map<std::uint64_t, std::uint64_t> end_mapped_;      // expandable ranges mapped at the end
+  absl::flat_hash_set<std::uint64_t> requested_free_;     // free_requested, not yet completed
+  std::uint64_t blocks_modelled_ = 0, blocks_larger_than_rounded_ = 0;
 };
 
 // A temporary trace file, removed when done.

@@ -225,6 +225,9 @@ struct SnapshotImport {
   bool categories_inferred = false;  // from stack frames and lifetimes, not recorded
   bool phases_inferred = false;      // from stack frames, not recorded
   bool block_sizes_inferred = false; // block bytes recomputed from requested sizes
+  std::uint64_t block_sizes_modelled = 0;       // allocations sized by replaying the segments
+  std::uint64_t blocks_larger_than_rounded = 0; // of those, handed a whole unsplit block
+  std::uint64_t unmatched_entries = 0;          // entries the segment replay could not place
   std::uint64_t categorised_from_snapshot = 0;  // allocations whose entry named a category
   std::uint64_t categorised_from_frames = 0;    // allocations a frame rule categorised
   std::vector<std::string> notes;    // plain-language caveats
