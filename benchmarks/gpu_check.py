@@ -433,9 +433,25 @@ def small_snapshot(out: Path) -> None:
                 w.step(model, opt, i)
         snap_path = out / "gpu_small_snapshot.pickle"
         torch.cuda.memory._dump_snapshot(str(snap_path))
+        torch_peak = torch.cuda.max_memory_allocated()
+        torch_end = torch.cuda.memory_allocated()
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
     report = session.report()
+    # PyTorch's own snapshot, read back by ridgescope's importer (block sizes replayed from
+    # the segments under allocator_settings): the same peak and end bytes as torch counted.
+    imported = rs.load(snap_path).to_dict()
+    imp = imported.get("snapshot", {})
+    check("snapshot.import_peak_equals_max_memory_allocated",
+          imported["peak"]["bytes"] == torch_peak and imported["totals"]["final_live_bytes"] == torch_end,
+          f"imported peak {imported['peak']['bytes']} B vs max_memory_allocated {torch_peak} B; "
+          f"end {imported['totals']['final_live_bytes']} B vs memory_allocated {torch_end} B; "
+          f"{imp.get('blocks_larger_than_rounded')} of {imp.get('block_sizes_modelled')} blocks unsplit, "
+          f"{imp.get('unmatched_entries')} unmatched entries")
+    FIGURES["snapshot_import"] = {"peak": imported["peak"]["bytes"], "torch_peak": torch_peak,
+                                  "tracked_peak": report.to_dict()["peak"]["bytes"],
+                                  "blocks_larger_than_rounded": imp.get("blocks_larger_than_rounded"),
+                                  "unmatched_entries": imp.get("unmatched_entries")}
     (out / "gpu_small_report.json").write_text(json.dumps(report.to_dict(), indent=1, sort_keys=True))
     how = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0),
            "model": "examples/models.py TinyGPT", "config": w.cfg, "batch": w.batch,
