@@ -141,11 +141,12 @@ PYBIND11_MODULE(_C, m) {
       [](const std::string& pickle_path, const std::string& trace_path, std::optional<int> device_index) {
         ridgescope::SnapshotReadOptions read;
         read.device_index = device_index;
-        ridgescope::snapshot_to_trace(pickle_path, trace_path, read);
+        return ridgescope::snapshot_to_trace(pickle_path, trace_path, read).alloc_conf;
       },
       py::arg("pickle_path"), py::arg("trace_path"), py::arg("device_index") = py::none(),
       py::call_guard<py::gil_scoped_release>(),
-      "Replay a torch memory snapshot pickle as a ridgescope trace file.");
+      "Replay a torch memory snapshot pickle as a ridgescope trace file; returns the snapshot's "
+      "PYTORCH_CUDA_ALLOC_CONF (allocator_settings), '' when it has none.");
 
   m.def("_cpu_allocator_installed", &ridgescope::sources::cpu_allocator_source_installed,
         "Whether ridgescope's tracking CPU allocator is registered now (for tests).");

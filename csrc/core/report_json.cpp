@@ -352,6 +352,7 @@ std::string report_to_json(const Report& r) {
     w.field("block_sizes_modelled", si.block_sizes_modelled);
     w.field("blocks_larger_than_rounded", si.blocks_larger_than_rounded);
     w.field("unmatched_entries", si.unmatched_entries);
+    w.field("alloc_conf", si.alloc_conf);
     w.field("categorised_from_snapshot", si.categorised_from_snapshot);
     w.field("categorised_from_frames", si.categorised_from_frames);
     w.key("notes").begin_array();

@@ -448,6 +448,9 @@ class Converter {
     if (a == nullptr || a->type == PickleValue::Type::None) return;
     const std::string where = "allocator_settings";
     if (!a->is_dict()) content_error(where + " must be a dict, got " + type_of(*a));
+    if (const PickleValue* c = a->get("PYTORCH_CUDA_ALLOC_CONF"); c != nullptr && c->is_str()) {
+      info_.alloc_conf = std::string(c->str());
+    }
     if (const PickleValue* m = a->get("max_split_size"); m != nullptr && m->type != PickleValue::Type::None) {
       if (m->type != PickleValue::Type::Int) content_error(where + "['max_split_size'] must be an int, got " + type_of(*m));
       std::uint64_t v = 0;

@@ -228,6 +228,7 @@ struct SnapshotImport {
   std::uint64_t block_sizes_modelled = 0;       // allocations sized by replaying the segments
   std::uint64_t blocks_larger_than_rounded = 0; // of those, handed a whole unsplit block
   std::uint64_t unmatched_entries = 0;          // entries the segment replay could not place
+  std::string alloc_conf;            // allocator_settings["PYTORCH_CUDA_ALLOC_CONF"] ("" if none)
   std::uint64_t categorised_from_snapshot = 0;  // allocations whose entry named a category
   std::uint64_t categorised_from_frames = 0;    // allocations a frame rule categorised
   std::vector<std::string> notes;    // plain-language caveats

@@ -4,11 +4,12 @@ trace as one, and read one (also one PyTorch wrote) into a report. The work is n
 run code from it. Format and limits: docs/snapshot.md."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from . import _C
 from ._errors import RidgescopeError, TraceFormatError
@@ -57,6 +58,24 @@ def _device_args(device: str | None) -> dict[str, Any]:
     raise RidgescopeError(f"device must be 'cpu' or 'cuda:N', got {device!r}")
 
 
+@contextlib.contextmanager
+def replayed_trace(source: str | os.PathLike[str],
+                   device_index: int | None = None) -> Iterator[tuple[Path, str]]:
+    """A snapshot pickle replayed as a temporary ridgescope trace (removed afterwards), with
+    the snapshot's ``PYTORCH_CUDA_ALLOC_CONF`` ("" when it records none). TraceFormatError for
+    a file that is not a usable snapshot."""
+    fd, temp = tempfile.mkstemp(prefix="ridgescope-snapshot-", suffix=".rstrace")
+    os.close(fd)
+    try:
+        try:
+            conf = _C.snapshot_to_trace(str(source), temp, device_index)
+        except _C.TraceError as exc:
+            raise TraceFormatError(str(exc)) from None
+        yield Path(temp), conf or ""
+    finally:
+        os.unlink(temp)
+
+
 def write_snapshot(source: str | os.PathLike[str], out: str | os.PathLike[str],
                    device: str | None = None) -> dict[str, int]:
     """Writes ``source`` (a ridgescope trace, or a snapshot pickle, which is replayed first) as a
@@ -71,13 +90,8 @@ def write_snapshot(source: str | os.PathLike[str], out: str | os.PathLike[str],
     try:
         if kind == "trace":
             return dict(_C.write_snapshot(str(source), str(out), **args))
-        fd, temp = tempfile.mkstemp(prefix="ridgescope-snapshot-", suffix=".rstrace")
-        os.close(fd)
-        try:
-            _C.snapshot_to_trace(str(source), temp)
-            return dict(_C.write_snapshot(temp, str(out), **args))
-        finally:
-            os.unlink(temp)
+        with replayed_trace(source) as (temp, _conf):
+            return dict(_C.write_snapshot(str(temp), str(out), **args))
     except _C.TraceError as exc:
         raise TraceFormatError(str(exc)) from None
     except RuntimeError as exc:  # the output cannot be written

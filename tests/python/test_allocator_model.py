@@ -4,6 +4,7 @@ parser of PYTORCH_CUDA_ALLOC_CONF (checked in a subprocess against libc10, no GP
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -262,6 +263,44 @@ def test_whatif_cli_compares_settings(cpu_trace, capsys):
     assert "failed requests" in text
     assert cli_main(["whatif", str(cpu_trace), "--alloc-conf", "bogus:1"]) == 1
     assert "unknown option 'bogus'" in capsys.readouterr().err
+
+
+def test_whatif_cli_reads_a_torch_snapshot_with_its_recorded_settings(tmp_path, capsys):
+    """Given a snapshot PyTorch wrote (here by hand, by torch's rules) under
+    max_split_size_mb:64, when `ridgescope whatif` gets the pickle, then the baseline is the
+    snapshot's own settings and its replay reserves what was recorded; the what-if with
+    expandable_segments is replayed from the same requests."""
+    snap = _snapshot(12 * MiB)
+    snap["allocator_settings"] = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64",
+                                  "max_split_size": 64 * MiB, "expandable_segments": False,
+                                  "roundup_power2_divisions": {str(1 << i): 0 for i in range(16)}}
+    path = tmp_path / "snap.pickle"
+    path.write_bytes(pickle.dumps(snap, protocol=4))
+    rc = cli_main(["whatif", str(path), "--alloc-conf", "expandable_segments:True",
+                   "--format", "json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["file"] == str(path)
+    assert out["recorded_alloc_conf"] == "max_split_size_mb:64"
+    assert out["baseline"]["alloc_conf"] == "max_split_size_mb:64"
+    assert out["baseline"]["peak_reserved_bytes"] == 32 * MiB  # as recorded: 20 + 12 MiB
+    # Peak: the 6 MiB block and the 11 MiB request's block, which is the whole 12 MiB segment
+    # (a remainder of 1 MiB is not split off): 18 MiB, not 17.
+    assert out["baseline"]["peak_allocated_bytes"] == 18 * MiB
+    # Expandable segments split every block: 6 + 11 MiB. They map 20 MiB pages: the 11 MiB
+    # request does not fit the 10 MiB free tail after the 6 MiB block, which grows by one page,
+    # so this small run reserves more with them (40 MiB), not less.
+    assert out["whatif"][0]["peak_allocated_bytes"] == 17 * MiB
+    assert out["whatif"][0]["peak_reserved_bytes"] == 40 * MiB
+    # An explicit baseline wins over the recorded one.
+    rc = cli_main(["whatif", str(path), "--alloc-conf", "expandable_segments:True",
+                   "--baseline-conf", "", "--format", "json"])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["baseline"]["alloc_conf"] == ""
+    # Not a snapshot: the error names the problem; a hostile pickle runs nothing.
+    bad = tmp_path / "bad.pickle"
+    bad.write_bytes(pickle.dumps({"device_traces": "nope"}, protocol=4))
+    assert cli_main(["whatif", str(bad), "--alloc-conf", "expandable_segments:True"]) == 1
+    assert "'device_traces' must be a list" in capsys.readouterr().err
 
 
 _TORCH_ORACLE = textwrap.dedent("""

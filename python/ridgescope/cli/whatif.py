@@ -11,20 +11,25 @@ from typing import Any
 from .._allocator_model import simulate
 from .._errors import RidgescopeError
 from .._format import format_bytes, format_count
+from .._snapshot import file_kind, replayed_trace
 from ._output import emit
 
-HELP = ("Replay a trace's allocations through the CUDA caching allocator model with other "
-        "PYTORCH_CUDA_ALLOC_CONF settings (e.g. expandable_segments:True) and compare peak "
-        "allocated and reserved memory with torch's defaults.")
+HELP = ("Replay a trace's or a torch memory snapshot's allocations through the CUDA caching "
+        "allocator model with other PYTORCH_CUDA_ALLOC_CONF settings (e.g. "
+        "expandable_segments:True) and compare peak allocated and reserved memory with the "
+        "run's own settings.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", type=Path, help="a ridgescope trace (.rstrace)")
+    parser.add_argument("file", type=Path,
+                        help="a ridgescope trace (.rstrace) or a torch memory snapshot pickle "
+                             "(torch.cuda.memory._dump_snapshot; read without Python's pickle)")
     parser.add_argument("--alloc-conf", action="append", required=True, metavar="CONF",
                         help="settings to try, as PYTORCH_CUDA_ALLOC_CONF "
                              "(repeat to compare several)")
-    parser.add_argument("--baseline-conf", default="", metavar="CONF",
-                        help="the settings the run used (default: torch's defaults)")
+    parser.add_argument("--baseline-conf", default=None, metavar="CONF",
+                        help="the settings the run used (default: a snapshot's recorded "
+                             "allocator_settings; torch's defaults for a trace)")
     parser.add_argument("--capacity", default=None,
                         help="device memory the allocator may reserve, e.g. 80GiB (default: "
                              "unlimited); requests that do not fit are counted as failed")
@@ -49,9 +54,23 @@ def _device(value: str | None) -> "int | str | None":
     return index
 
 
-def compare(path: Path, confs: list[str], baseline_conf: str = "",
+def compare(path: Path, confs: list[str], baseline_conf: "str | None" = None,
             capacity: "int | str | None" = None, device: "int | str | None" = None) -> dict[str, Any]:
-    """The baseline and each what-if run as JSON-ready data."""
+    """The baseline and each what-if run as JSON-ready data. A torch snapshot pickle is first
+    replayed as a trace (its requested sizes are what the model replays); its recorded
+    settings are the baseline unless ``baseline_conf`` is given."""
+    if file_kind(path) == "pickle":
+        with replayed_trace(path, device if isinstance(device, int) else None) as (trace, recorded):
+            c = _compare_trace(trace, confs, recorded if baseline_conf is None else baseline_conf,
+                               capacity, None if isinstance(device, int) else device)
+        c["file"] = str(path)
+        c["recorded_alloc_conf"] = recorded
+        return c
+    return _compare_trace(path, confs, baseline_conf or "", capacity, device)
+
+
+def _compare_trace(path: Path, confs: list[str], baseline_conf: str,
+                   capacity: "int | str | None", device: "int | str | None") -> dict[str, Any]:
     runs = []
     for conf in [baseline_conf, *confs]:
         r = simulate(path, conf, capacity, timeline_points=64, device=device)
