@@ -1,5 +1,7 @@
 #include "record_codec.h"
 
+#include <cstring>
+
 #include "byte_codec.h"
 
 namespace ridgescope::detail {
@@ -10,11 +12,6 @@ std::uint64_t zigzag(std::int64_t v) {
 }
 std::int64_t unzigzag(std::uint64_t v) {
   return static_cast<std::int64_t>(v >> 1) ^ -static_cast<std::int64_t>(v & 1);
-}
-
-void put_device(std::string& out, Device d) {
-  put_varint(out, static_cast<std::uint64_t>(d.type));
-  put_varint(out, static_cast<std::uint64_t>(static_cast<std::int64_t>(d.index) + 1));
 }
 
 class FieldReader {
@@ -50,73 +47,119 @@ class FieldReader {
 
 }  // namespace
 
-void encode_record(const Event& e, CodecClock& clock, std::string& out) {
+namespace {
+
+// The payload of a timed record, written into a stack buffer: every field is a varint, so the
+// largest payload (an alloc: time delta, device, four 64-bit fields, thread, module context) is
+// 64 bytes, and its length always fits the one-byte varint the record starts with.
+class TimedPayload {
+ public:
+  static constexpr std::size_t kMax = 96;
+  void varint(std::uint64_t v) noexcept {
+    while (v >= 0x80) {
+      buf_[n_++] = static_cast<char>((v & 0x7F) | 0x80);
+      v >>= 7;
+    }
+    buf_[n_++] = static_cast<char>(v);
+  }
+  void device(Device d) noexcept {
+    varint(static_cast<std::uint64_t>(d.type));
+    varint(static_cast<std::uint64_t>(static_cast<std::int64_t>(d.index) + 1));
+  }
+  // kind byte, length, payload: appended to `out` in one call.
+  void append_record(EventKind kind, std::string& out) const {
+    char record[kMax + 2];
+    record[0] = static_cast<char>(kind);
+    record[1] = static_cast<char>(n_);  // n_ < 0x80: a one-byte varint
+    std::memcpy(record + 2, buf_, n_);
+    out.append(record, n_ + 2);
+  }
+
+ private:
+  char buf_[kMax];
+  std::size_t n_ = 0;
+};
+static_assert(TimedPayload::kMax < 0x80, "a timed payload's length must be a one-byte varint");
+
+// Strings and metadata: the text makes the payload as long as it is.
+void encode_text_record(const Event& e, std::string& out) {
   thread_local std::string payload;
   payload.clear();
-  const bool timed = e.kind != EventKind::String && e.kind != EventKind::Metadata;
-  if (timed) {
-    put_varint(payload, zigzag(static_cast<std::int64_t>(e.time_ns - clock.last_time_ns)));
-    clock.last_time_ns = e.time_ns;
-  }
-  switch (e.kind) {
-    case EventKind::Alloc:
-      put_device(payload, e.device);
-      put_varint(payload, e.addr);
-      put_varint(payload, e.bytes);
-      put_varint(payload, e.requested_bytes);
-      put_varint(payload, e.stream);
-      put_varint(payload, e.thread);
-      if (e.string_id != 0) put_varint(payload, e.string_id);  // module context (optional)
-      break;
-    case EventKind::Free:
-      put_device(payload, e.device);
-      put_varint(payload, e.addr);
-      put_varint(payload, e.bytes);
-      put_varint(payload, e.stream);
-      put_varint(payload, e.thread);
-      break;
-    case EventKind::SegmentAlloc:
-    case EventKind::SegmentFree:
-      put_device(payload, e.device);
-      put_varint(payload, e.addr);
-      put_varint(payload, e.bytes);
-      put_varint(payload, e.stream);
-      break;
-    case EventKind::Tag:
-      put_device(payload, e.device);
-      put_varint(payload, e.addr);
-      put_varint(payload, static_cast<std::uint64_t>(e.category));
-      put_varint(payload, e.flags);
-      put_varint(payload, e.string_id);
-      break;
-    case EventKind::PhaseBegin:
-    case EventKind::PhaseEnd:
-      put_varint(payload, e.string_id);
-      put_varint(payload, e.thread);
-      break;
-    case EventKind::Step:
-      put_varint(payload, e.value);
-      break;
-    case EventKind::Oom:
-      put_device(payload, e.device);
-      put_varint(payload, e.bytes);
-      put_varint(payload, e.value);
-      put_varint(payload, e.stream);
-      break;
-    case EventKind::Sample:
-      put_device(payload, e.device);
-      put_varint(payload, e.string_id);
-      put_varint(payload, e.value);
-      break;
-    case EventKind::String:
-    case EventKind::Metadata:
-      put_varint(payload, e.string_id);
-      payload.append(e.text.data(), e.text.size());
-      break;
-  }
+  put_varint(payload, e.string_id);
+  payload.append(e.text.data(), e.text.size());
   out.push_back(static_cast<char>(e.kind));
   put_varint(out, payload.size());
   out.append(payload);
+}
+
+}  // namespace
+
+// Timed records (every kind but string and metadata) are the recorder's hot path: one per
+// allocator callback. They are built in a stack buffer and appended once; the bytes are those of
+// docs/trace_format.md (tests/cpp/core/test_record_codec.cpp spells them out).
+void encode_record(const Event& e, CodecClock& clock, std::string& out) {
+  if (e.kind == EventKind::String || e.kind == EventKind::Metadata) {
+    encode_text_record(e, out);
+    return;
+  }
+  TimedPayload p;
+  p.varint(zigzag(static_cast<std::int64_t>(e.time_ns - clock.last_time_ns)));
+  clock.last_time_ns = e.time_ns;
+  switch (e.kind) {
+    case EventKind::Alloc:
+      p.device(e.device);
+      p.varint(e.addr);
+      p.varint(e.bytes);
+      p.varint(e.requested_bytes);
+      p.varint(e.stream);
+      p.varint(e.thread);
+      if (e.string_id != 0) p.varint(e.string_id);  // module context (optional)
+      break;
+    case EventKind::Free:
+      p.device(e.device);
+      p.varint(e.addr);
+      p.varint(e.bytes);
+      p.varint(e.stream);
+      p.varint(e.thread);
+      break;
+    case EventKind::SegmentAlloc:
+    case EventKind::SegmentFree:
+      p.device(e.device);
+      p.varint(e.addr);
+      p.varint(e.bytes);
+      p.varint(e.stream);
+      break;
+    case EventKind::Tag:
+      p.device(e.device);
+      p.varint(e.addr);
+      p.varint(static_cast<std::uint64_t>(e.category));
+      p.varint(e.flags);
+      p.varint(e.string_id);
+      break;
+    case EventKind::PhaseBegin:
+    case EventKind::PhaseEnd:
+      p.varint(e.string_id);
+      p.varint(e.thread);
+      break;
+    case EventKind::Step:
+      p.varint(e.value);
+      break;
+    case EventKind::Oom:
+      p.device(e.device);
+      p.varint(e.bytes);
+      p.varint(e.value);
+      p.varint(e.stream);
+      break;
+    case EventKind::Sample:
+      p.device(e.device);
+      p.varint(e.string_id);
+      p.varint(e.value);
+      break;
+    case EventKind::String:
+    case EventKind::Metadata:
+      break;  // handled above
+  }
+  p.append_record(e.kind, out);
 }
 
 DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock& clock,

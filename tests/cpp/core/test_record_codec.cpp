@@ -1,0 +1,202 @@
+// Specification of the record encoding (docs/trace_format.md "Records") and the chunk CRC: the
+// bytes encode_record() writes for every kind, spelled out from the format's field table, and
+// CRC-32 values fixed by the standard (zlib.crc32). The encoder is the recorder's hot path and
+// is written for speed; these specs hold its output to the documented bytes.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "byte_codec.h"
+#include "catch.h"
+#include "record_codec.h"
+#include "ridgescope/event.h"
+
+using namespace ridgescope;
+
+namespace {
+
+// The format's building blocks, written independently of the encoder.
+void leb128(std::vector<std::uint8_t>& out, std::uint64_t v) {
+  do {
+    std::uint8_t byte = v & 0x7F;
+    v >>= 7;
+    if (v != 0) byte |= 0x80;
+    out.push_back(byte);
+  } while (v != 0);
+}
+std::uint64_t zigzag(std::int64_t v) {
+  return (static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63);
+}
+// kind byte, payload length, payload.
+std::vector<std::uint8_t> record(EventKind kind, const std::vector<std::uint8_t>& payload) {
+  std::vector<std::uint8_t> out{static_cast<std::uint8_t>(kind)};
+  leb128(out, payload.size());
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+std::vector<std::uint8_t> bytes_of(const std::string& s) {
+  return std::vector<std::uint8_t>(s.begin(), s.end());
+}
+void device(std::vector<std::uint8_t>& p, Device d) {
+  leb128(p, static_cast<std::uint64_t>(d.type));
+  leb128(p, static_cast<std::uint64_t>(static_cast<std::int64_t>(d.index) + 1));
+}
+
+}  // namespace
+
+SCENARIO("encode_record writes the documented bytes for every timed kind", "[core][codec]") {
+  GIVEN("events with extreme field values (64-bit maxima, a time going backwards, cuda:32767)") {
+    const std::uint64_t big = UINT64_MAX;
+    const Device cuda{DeviceType::CUDA, 32767};
+    const Device cpu{DeviceType::CPU, -1};
+    Event e;
+    e.time_ns = 1000;
+    e.addr = big;
+    e.bytes = 0x7F;              // the largest one-byte varint
+    e.requested_bytes = 0x80;    // the smallest two-byte varint
+    e.stream = big - 1;
+    e.thread = 0xFFFFFFFFu;
+    e.category = Category::Activation;
+    e.flags = kTagWeak;
+    e.string_id = 300;
+    e.value = big;
+
+    for (const EventKind kind :
+         {EventKind::Alloc, EventKind::Free, EventKind::SegmentAlloc, EventKind::SegmentFree,
+          EventKind::Tag, EventKind::PhaseBegin, EventKind::PhaseEnd, EventKind::Step,
+          EventKind::Oom, EventKind::Sample}) {
+      for (const Device d : {cpu, cuda}) {
+        WHEN("kind " << static_cast<int>(kind) << " on device type "
+                     << static_cast<int>(d.type) << " is encoded after a later event") {
+          e.kind = kind;
+          e.device = d;
+          detail::CodecClock clock{5000};  // the previous record was at 5000 ns: delta -4000
+          std::string out = "prefix";
+          detail::encode_record(e, clock, out);
+
+          std::vector<std::uint8_t> p;
+          leb128(p, zigzag(-4000));
+          switch (kind) {
+            case EventKind::Alloc:
+              device(p, d); leb128(p, e.addr); leb128(p, e.bytes); leb128(p, e.requested_bytes);
+              leb128(p, e.stream); leb128(p, e.thread); leb128(p, e.string_id);
+              break;
+            case EventKind::Free:
+              device(p, d); leb128(p, e.addr); leb128(p, e.bytes); leb128(p, e.stream);
+              leb128(p, e.thread);
+              break;
+            case EventKind::SegmentAlloc:
+            case EventKind::SegmentFree:
+              device(p, d); leb128(p, e.addr); leb128(p, e.bytes); leb128(p, e.stream);
+              break;
+            case EventKind::Tag:
+              device(p, d); leb128(p, e.addr); leb128(p, 5); leb128(p, 1); leb128(p, 300);
+              break;
+            case EventKind::PhaseBegin:
+            case EventKind::PhaseEnd:
+              leb128(p, 300); leb128(p, e.thread);
+              break;
+            case EventKind::Step:
+              leb128(p, e.value);
+              break;
+            case EventKind::Oom:
+              device(p, d); leb128(p, e.bytes); leb128(p, e.value); leb128(p, e.stream);
+              break;
+            case EventKind::Sample:
+              device(p, d); leb128(p, 300); leb128(p, e.value);
+              break;
+            default:
+              FAIL("untimed kind in the timed list");
+          }
+          THEN("the record is kind, length and the fields in the table's order, after what was there") {
+            std::vector<std::uint8_t> expected = bytes_of("prefix");
+            const auto rec = record(kind, p);
+            expected.insert(expected.end(), rec.begin(), rec.end());
+            CHECK(bytes_of(out) == expected);
+            CHECK(clock.last_time_ns == 1000);
+          }
+          AND_THEN("it decodes back to the same fields") {
+            detail::CodecClock read_clock{5000};
+            std::size_t pos = 6;
+            Event back;
+            REQUIRE(detail::decode_record(out, &pos, read_clock, &back) == detail::DecodeStatus::Ok);
+            CHECK(pos == out.size());
+            CHECK(back.kind == kind);
+            CHECK(back.time_ns == 1000);
+          }
+        }
+      }
+    }
+  }
+  GIVEN("an alloc without a module context") {
+    Event e;
+    e.kind = EventKind::Alloc;
+    e.time_ns = 186899;
+    e.addr = 0x7f0000000000;
+    e.bytes = e.requested_bytes = 104448;
+    e.thread = 1;
+    THEN("it is the 21-byte example record of docs/trace_format.md") {
+      detail::CodecClock clock{0};
+      std::string out;
+      detail::encode_record(e, clock, out);
+      const std::vector<std::uint8_t> doc{0x01, 0x14, 0xa6, 0xe8, 0x16, 0x00, 0x00, 0x80, 0x80,
+                                          0x80, 0x80, 0x80, 0xe0, 0x1f, 0x80, 0xb0, 0x06, 0x80,
+                                          0xb0, 0x06, 0x00, 0x01};
+      // 22 bytes: the kind, the length (20) and the 20-byte payload.
+      CHECK(bytes_of(out) == doc);
+    }
+  }
+}
+
+SCENARIO("string and metadata records carry their text", "[core][codec]") {
+  Event e;
+  e.kind = EventKind::String;
+  e.string_id = 1;
+  e.text = "forward";
+  detail::CodecClock clock{777};
+  std::string out;
+  detail::encode_record(e, clock, out);
+  THEN("a string is `0b 08 01 forward` (docs/trace_format.md) and leaves the clock alone") {
+    CHECK(bytes_of(out) == std::vector<std::uint8_t>{0x0b, 0x08, 0x01, 'f', 'o', 'r', 'w', 'a', 'r', 'd'});
+    CHECK(clock.last_time_ns == 777);
+  }
+  AND_WHEN("a metadata text is longer than a one-byte length") {
+    Event m;
+    m.kind = EventKind::Metadata;
+    m.string_id = 2;
+    const std::string json(200, 'x');
+    m.text = json;
+    std::string out2;
+    detail::encode_record(m, clock, out2);
+    std::vector<std::uint8_t> p;
+    leb128(p, 2);
+    for (char ch : json) p.push_back(static_cast<std::uint8_t>(ch));
+    CHECK(bytes_of(out2) == record(EventKind::Metadata, p));
+  }
+}
+
+SCENARIO("the chunk CRC is CRC-32/IEEE, as zlib.crc32 computes it", "[core][codec]") {
+  CHECK(detail::crc32("") == 0x00000000u);
+  CHECK(detail::crc32("a") == 0xE8B7BE43u);
+  CHECK(detail::crc32("123456789") == 0xCBF43926u);
+  CHECK(detail::crc32("The quick brown fox jumps over the lazy dog") == 0x414FA339u);
+  GIVEN("every length from 0 to 40 at every alignment of a larger buffer") {
+    // The reference: the bitwise definition, one bit at a time.
+    auto reference = [](std::string_view s) {
+      std::uint32_t c = 0xFFFFFFFFu;
+      for (unsigned char ch : s) {
+        c ^= ch;
+        for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+      }
+      return c ^ 0xFFFFFFFFu;
+    };
+    std::string buffer;
+    for (int i = 0; i < 64; ++i) buffer.push_back(static_cast<char>(i * 37 + 11));
+    for (std::size_t offset = 0; offset < 8; ++offset) {
+      for (std::size_t n = 0; n <= 40; ++n) {
+        const std::string_view s(buffer.data() + offset, n);
+        CHECK(detail::crc32(s) == reference(s));
+      }
+    }
+  }
+}
