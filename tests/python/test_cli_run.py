@@ -75,3 +75,37 @@ def test_a_missing_script_is_one_line(tmp_path):
     out = run_cli(str(tmp_path / "nope.py"), cwd=tmp_path)
     assert out.returncode == 1
     assert out.stderr.strip() == f"ridgescope run: error: no such script: {tmp_path / 'nope.py'}"
+
+
+def test_under_torchrun_each_rank_writes_its_own_trace(tmp_path):
+    """Given two ranks launched as torchrun launches them (the same command line, WORLD_SIZE=2
+    and RANK set), when both run at once in the same directory, then each writes its own
+    trace and HTML report (one shared file would be torn by two writers), and both are whole."""
+    import os
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
+        procs.append(subprocess.Popen([sys.executable, "-m", "ridgescope.cli", "run", str(SCRIPT),
+                                       "--steps", "2"], cwd=tmp_path, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    assert not (tmp_path / "train_plain.rstrace").exists()
+    for rank in (0, 1):
+        r = rs.load(tmp_path / f"train_plain.rank{rank}.rstrace").to_dict()
+        assert [s["complete"] for s in r["steps"]] == [True, True]
+        assert r["trace"]["truncated"] is False
+        assert (tmp_path / f"train_plain.rank{rank}.html").exists()
+
+
+def test_the_per_rank_name_rules():
+    from ridgescope.cli.run import per_rank_path
+    one = {"WORLD_SIZE": "1", "RANK": "0"}
+    four = {"WORLD_SIZE": "4", "RANK": "3"}
+    assert per_rank_path(Path("run.rstrace"), {}) == Path("run.rstrace")
+    assert per_rank_path(Path("run.rstrace"), one) == Path("run.rstrace")
+    assert per_rank_path(Path("out/run.rstrace"), four) == Path("out/run.rank3.rstrace")
+    assert per_rank_path(Path("out/r{rank}.rstrace"), four) == Path("out/r3.rstrace")
+    assert per_rank_path(Path("run"), four) == Path("run.rank3.rstrace")
+    assert per_rank_path(Path("run.rstrace"), {"WORLD_SIZE": "x", "RANK": "1"}) == Path("run.rstrace")

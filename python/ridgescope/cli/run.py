@@ -18,7 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--out", type=Path, default=None,
                         help="the trace file to write (default: SCRIPT's name with .rstrace, in "
                              "the working directory); the HTML report goes beside it, with "
-                             ".html")
+                             ".html. Under torchrun (WORLD_SIZE > 1) each rank writes its own: "
+                             "'{rank}' in the name is replaced by the rank, else '.rank<N>' is "
+                             "put before the suffix")
     parser.add_argument("--capacity", default=None, metavar="SIZE",
                         help="simulate a device of SIZE (e.g. 2GiB) on the CPU: past it the script "
                              "gets torch.OutOfMemoryError, and the report explains it")
@@ -29,6 +31,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
 
 
+def per_rank_path(out: Path, environ: "dict[str, str] | None" = None) -> Path:
+    """The trace path of this process. Under torchrun (or any launcher that sets WORLD_SIZE and
+    RANK), every rank runs this command with the same arguments: one shared file would be
+    written by all of them at once, so each rank gets its own ('{rank}' in the name becomes the
+    rank; otherwise '.rank<N>' goes before the suffix: run.rank3.rstrace)."""
+    env = os.environ if environ is None else environ
+    try:
+        world = int(env.get("WORLD_SIZE", "1"))
+        rank = int(env.get("RANK", env.get("LOCAL_RANK", "0")))
+    except ValueError:
+        return out
+    if "{rank}" in out.name:
+        return out.with_name(out.name.replace("{rank}", str(rank)))
+    if world <= 1:
+        return out
+    return out.with_name(f"{out.stem}.rank{rank}{out.suffix or '.rstrace'}")
+
+
 def run(args: argparse.Namespace) -> int:
     from .._errors import RidgescopeError
     from .._format import format_bytes
@@ -37,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     script = args.script
     if not script.is_file():
         raise RidgescopeError(f"no such script: {script}")
-    out = args.out or Path(f"{script.stem}.rstrace")
+    out = per_rank_path(args.out or Path(f"{script.stem}.rstrace"))
     session = track(out=out, activations=not args.no_activations_hook, capacity=args.capacity)
 
     exit_code = 0
