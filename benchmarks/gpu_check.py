@@ -295,6 +295,15 @@ def exactness(w: Workload, steps: int, out: Path) -> None:
     check("exactness.no_unknown_or_unmatched_entries",
           stats.get("unmatched_frees", 1) == 0 and stats.get("internal_errors", 1) == 0,
           json.dumps(stats))
+    # The trampoline stamps the running module on every CUDA alloc, as the CPU source does.
+    names = {n for n, _ in model.named_modules()} | {type(m).__name__ for m in model.modules()}
+    contexts = [e["string"] for e in _C.read_events(str(trace))
+                if e["kind"] == "alloc" and e["device"].startswith("cuda")]
+    with_context = [s for s in contexts if s]
+    check("exactness.cuda_allocs_carry_module_context",
+          bool(with_context) and all(s in names for s in with_context),
+          f"{len(with_context)} of {len(contexts)} CUDA allocations name a module; names not in "
+          f"the model: {sorted(set(with_context) - names)[:5]}")
     totals = report.get("totals", {})
     FIGURES["exactness"] = {"boundaries": len(tracked), "peak_bytes": report["peak"]["bytes"],
                             "end_allocated": end_allocated, "end_reserved": end_reserved,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../core/json_writer.h"
+#include "module_context.h"
 #include "ridgescope/cuda_trace.h"
 
 #ifdef RIDGESCOPE_WITH_CUDA
@@ -123,6 +124,14 @@ void on_trace_entry(const TorchTraceEntry& te) noexcept {
     } else if (mode == kLive && g_translator != nullptr && g_recorder != nullptr) {
       g_events->clear();
       g_translator->translate(entry, g_events);
+      if (entry.action == CudaTraceAction::Alloc) {
+        // An alloc entry comes on the allocating thread: stamp the module running there, as the
+        // CPU source does (a thread-local read), so untagged CUDA blocks carry it too.
+        const std::uint32_t context = current_module_context();
+        for (Event& e : *g_events) {
+          if (e.kind == EventKind::Alloc) e.string_id = context;
+        }
+      }
       record_all_locked();
     }
   }

@@ -358,18 +358,23 @@ class Instrumentation:
         instr = self
 
         def make(original: Any) -> Any:
+            # Guarded once here, not per call: the wrapper runs every step (backward, zero_grad).
+            begin, end = instr._guard(instr.begin_phase), instr._guard(instr.end_phase)
+            guarded_before = instr._guard(before) if before is not None else None
+            guarded_after = instr._guard(after) if after is not None else None
+
             @functools.wraps(original)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
-                opened = instr._guard(instr.begin_phase)(phase, False)
-                if opened and before is not None:
-                    instr._guard(before)(*args, **kwargs)
+                opened = begin(phase, False)
+                if opened and guarded_before is not None:
+                    guarded_before(*args, **kwargs)
                 try:
                     return original(*args, **kwargs)
                 finally:
                     if opened:
-                        if after is not None:
-                            instr._guard(after)()
-                        instr._guard(instr.end_phase)(phase)
+                        if guarded_after is not None:
+                            guarded_after()
+                        end(phase)
             return wrapper
         return make
 
