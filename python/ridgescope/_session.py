@@ -25,6 +25,24 @@ _active_lock = threading.Lock()
 _active: "Session | None" = None
 
 
+def per_rank_path(out: Path, environ: "dict[str, str] | None" = None) -> Path:
+    """The trace path of this process. Under torchrun (or any launcher that sets WORLD_SIZE and
+    RANK), every rank runs the same code with the same path: one shared file would be written
+    by all of them at once, so each rank gets its own ('{rank}' in the name becomes the
+    rank; otherwise '.rank<N>' goes before the suffix: run.rank3.rstrace)."""
+    env = os.environ if environ is None else environ
+    try:
+        world = int(env.get("WORLD_SIZE", "1"))
+        rank = int(env.get("RANK", env.get("LOCAL_RANK", "0")))
+    except ValueError:
+        return out
+    if "{rank}" in out.name:
+        return out.with_name(out.name.replace("{rank}", str(rank)))
+    if world <= 1:
+        return out
+    return out.with_name(f"{out.stem}.rank{rank}{out.suffix or '.rstrace'}")
+
+
 def _default_trace_path() -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path(tempfile.gettempdir()) / f"ridgescope-{os.getpid()}-{stamp}.rstrace"
@@ -46,7 +64,7 @@ class Session:
                             f"{type(optimizer).__module__}.{type(optimizer).__qualname__}")
         self.model = model
         self.optimizer = optimizer
-        self.path = Path(out) if out is not None else _default_trace_path()
+        self.path = per_rank_path(Path(out)) if out is not None else _default_trace_path()
         try:
             self.capacity = parse_bytes(capacity) if capacity is not None else None
         except ValueError as exc:
@@ -243,7 +261,9 @@ def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer
 
     ``model`` and ``optimizer`` are optional; with them, parameters, gradients and optimizer
     state carry their names. ``out`` is the trace file (default: a file in the temp
-    directory). ``activations=True`` (the default) tags every tensor autograd saves through the
+    directory); under torchrun (WORLD_SIZE > 1) each rank writes its own, with ``{rank}`` in
+    the name replaced by the rank, or else ``.rank<N>`` put before the suffix.
+    ``activations=True`` (the default) tags every tensor autograd saves through the
     saved-tensor hook; ``activations=False`` skips that hook, whose cost inside torch is a few
     microseconds per saved tensor, and infers activations from lifetimes instead, labelled by
     the module that made them (docs/categories.md). ``capacity`` ("2GiB", or bytes) simulates

@@ -100,7 +100,7 @@ def test_under_torchrun_each_rank_writes_its_own_trace(tmp_path):
 
 
 def test_the_per_rank_name_rules():
-    from ridgescope.cli.run import per_rank_path
+    from ridgescope._session import per_rank_path
     one = {"WORLD_SIZE": "1", "RANK": "0"}
     four = {"WORLD_SIZE": "4", "RANK": "3"}
     assert per_rank_path(Path("run.rstrace"), {}) == Path("run.rstrace")
@@ -109,3 +109,14 @@ def test_the_per_rank_name_rules():
     assert per_rank_path(Path("out/r{rank}.rstrace"), four) == Path("out/r3.rstrace")
     assert per_rank_path(Path("run"), four) == Path("run.rank3.rstrace")
     assert per_rank_path(Path("run.rstrace"), {"WORLD_SIZE": "x", "RANK": "1"}) == Path("run.rstrace")
+
+
+def test_rs_track_names_the_trace_per_rank_too(tmp_path, monkeypatch):
+    """The same rule holds for rs.track(out=...) in a script torchrun launches."""
+    import torch
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with rs.track(out=tmp_path / "run.rstrace") as s:
+        torch.ones(1024)
+    assert s.path == tmp_path / "run.rank1.rstrace" and s.path.exists()
+    assert not (tmp_path / "run.rstrace").exists()

@@ -31,24 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
 
 
-def per_rank_path(out: Path, environ: "dict[str, str] | None" = None) -> Path:
-    """The trace path of this process. Under torchrun (or any launcher that sets WORLD_SIZE and
-    RANK), every rank runs this command with the same arguments: one shared file would be
-    written by all of them at once, so each rank gets its own ('{rank}' in the name becomes the
-    rank; otherwise '.rank<N>' goes before the suffix: run.rank3.rstrace)."""
-    env = os.environ if environ is None else environ
-    try:
-        world = int(env.get("WORLD_SIZE", "1"))
-        rank = int(env.get("RANK", env.get("LOCAL_RANK", "0")))
-    except ValueError:
-        return out
-    if "{rank}" in out.name:
-        return out.with_name(out.name.replace("{rank}", str(rank)))
-    if world <= 1:
-        return out
-    return out.with_name(f"{out.stem}.rank{rank}{out.suffix or '.rstrace'}")
-
-
 def run(args: argparse.Namespace) -> int:
     from .._errors import RidgescopeError
     from .._format import format_bytes
@@ -57,8 +39,9 @@ def run(args: argparse.Namespace) -> int:
     script = args.script
     if not script.is_file():
         raise RidgescopeError(f"no such script: {script}")
-    out = per_rank_path(args.out or Path(f"{script.stem}.rstrace"))
-    session = track(out=out, activations=not args.no_activations_hook, capacity=args.capacity)
+    session = track(out=args.out or Path(f"{script.stem}.rstrace"),
+                    activations=not args.no_activations_hook, capacity=args.capacity)
+    out = session.path  # one per rank under torchrun (per_rank_path)
 
     exit_code = 0
     saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
