@@ -294,6 +294,15 @@ def _on_target(t: torch.Tensor) -> bool:
     return t.device.type == "cpu"
 
 
+# norm ops whose saved statistics' dtype the fake kernels get wrong for a 16-bit input:
+# name -> position of the weight argument
+_NORM_WEIGHT_ARG = {"native_batch_norm": 1, "_native_batch_norm_legit": 1,
+                    "native_layer_norm": 2, "native_group_norm": 1}
+# ... of which CUDA kernels return float32 statistics for any 16-bit input (the accumulate
+# type); the others (and every CPU kernel) only when the weight is float32
+_NORM_FLOAT_STATS_ON_CUDA = {"native_batch_norm", "_native_batch_norm_legit", "native_layer_norm"}
+
+
 class _StorageWatcher(TorchDispatchMode):
     """Sees every tensor an op returns; a storage not seen before is a new allocation."""
 
@@ -312,6 +321,24 @@ class _StorageWatcher(TorchDispatchMode):
                 if key not in self._host and key not in self.native._storages:
                     self._host[key] = weakref.ref(st, lambda _r, k=key: self._host.pop(k, None))
 
+    def _norm_statistics(self, name: str, args: Any, out: Any) -> Any:
+        """Batch, layer and group norm of a 16-bit input: the real kernels return the saved
+        mean and inverse deviation in float32 when the weight is float32 (mixed types, e.g.
+        batch norm under autocast), and CUDA's batch and layer norm always (the accumulate
+        type); autograd saves them until backward. The fake kernels return them in the
+        input's dtype. Corrected here, before the storages are counted."""
+        x = args[0] if args else None
+        if (not isinstance(out, tuple) or len(out) < 3 or not isinstance(x, torch.Tensor)
+                or x.dtype not in (torch.bfloat16, torch.float16)
+                or not isinstance(out[1], torch.Tensor) or out[1].dtype != x.dtype):
+            return out
+        i = _NORM_WEIGHT_ARG[name]
+        w = args[i] if len(args) > i else None
+        if not ((self.native.cuda and name in _NORM_FLOAT_STATS_ON_CUDA)
+                or (isinstance(w, torch.Tensor) and w.dtype == torch.float32)):
+            return out
+        return (out[0], out[1].float(), out[2].float()) + tuple(out[3:])
+
     def _all_host(self, args: Any, kwargs: Any) -> bool:
         found = False
         for a in tree_flatten((args, kwargs))[0]:
@@ -324,6 +351,8 @@ class _StorageWatcher(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         native = self.native
+        if func.overloadpacket.__name__ in _NORM_WEIGHT_ARG:
+            out = self._norm_statistics(func.overloadpacket.__name__, args, out)
         if not self.enabled:
             return out
         if native.cuda:
@@ -516,6 +545,32 @@ def _cuda_optimizer_defaults(enabled: bool) -> Iterator[None]:
         om._default_to_fused_or_foreach = orig
 
 
+@contextlib.contextmanager
+def _host_rng_states(native: "_DryNative", enabled: bool) -> Iterator[None]:
+    """On a CPU target: the CPU generator's state that ``torch.utils.checkpoint`` saves per
+    checkpointed call (``preserve_rng_state``; 5,056 bytes for the default Mersenne-Twister
+    generator) and that ``torch.random.fork_rng`` saves around each recomputation. The
+    generator makes it directly, not through an op, so neither fake tensors nor the dispatch
+    mode see it; a tracked CPU run does. Registered here as a new storage (it is a real tensor
+    of that size; its free is seen as any other's). On a CUDA target it is host memory and is
+    not counted."""
+    if not enabled:
+        yield
+        return
+    orig = torch.get_rng_state
+
+    def get_rng_state() -> torch.Tensor:
+        state = orig()
+        native.on_storage(state.untyped_storage())
+        return state
+
+    torch.get_rng_state = get_rng_state  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.get_rng_state = orig  # type: ignore[assignment]
+
+
 # --------------------------------------------------------------------------- the dry run
 @dataclass
 class _Run:
@@ -562,7 +617,8 @@ def _dry_run(make_model: Callable[..., Any], make_optimizer: Callable[..., Any],
     instr = None
     try:
         with warnings.catch_warnings(), fake, watcher, _cuda_optimizer_defaults(cuda), \
-                (_CudaOnCpu() if cuda else contextlib.nullcontext()):
+                (_CudaOnCpu() if cuda else contextlib.nullcontext()), \
+                contextlib.ExitStack() as stack:
             # the instrumentation reads fake storages' (null) data pointers as cache keys
             warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
             # Built before the session starts, as in a tracked run: its parameters and
@@ -584,6 +640,7 @@ def _dry_run(make_model: Callable[..., Any], make_optimizer: Callable[..., Any],
             watcher.enabled = True
             instr.install()
             watcher.host_scalars = True
+            stack.enter_context(_host_rng_states(native, not cuda))
             amp = (torch.autocast("cpu", dtype=low) if autocast else contextlib.nullcontext())
             up = _CudaAutocastFp32(low) if (autocast and cuda) else contextlib.nullcontext()
             for _ in range(steps):
