@@ -92,47 +92,53 @@ def op_spans():
                 return func(*args, **(kwargs or {}))
             start = self.native.stats()["events"]
             out = func(*args, **(kwargs or {}))
-            self.spans.append((start, self.native.stats()["events"]))
+            self.spans.append((start, self.native.stats()["events"], func.__name__))
             return out
     return OpSpans()
 
 
 def scratch_analysis(trace: str, spans: list[tuple[int, int]]) -> dict:
     """Replays the tracked trace's CPU blocks: the peak with every block (equal to the
-    report's), the kernel-internal scratch live at that peak, and the peak without scratch."""
+    report's), the kernel-internal scratch live at that peak (total, and each block with the
+    op whose kernel made it), and the peak without scratch."""
     import bisect
     from ridgescope import _C
-    starts = [a for a, _ in spans]
+    starts = [a for a, _, _ in spans]
 
-    def same_span(alloc_seq, free_seq):
+    def span_of(alloc_seq, free_seq):
+        """The op whose kernel allocated and freed the block, or None."""
         i = bisect.bisect_right(starts, alloc_seq) - 1
-        return i >= 0 and spans[i][0] <= alloc_seq and free_seq < spans[i][1]
+        return spans[i][2] if i >= 0 and spans[i][0] <= alloc_seq and free_seq < spans[i][1] \
+            else None
 
     events = [e for e in _C.read_events(trace) if e["kind"] in ("alloc", "free")]
     born: dict[int, int] = {}  # address -> sequence number of its live block's alloc
-    is_scratch: dict[int, bool] = {}  # alloc sequence number -> freed inside the same op
+    is_scratch: dict[int, str | None] = {}  # alloc sequence number -> op it was scratch of
     for e in events:
         if e["kind"] == "alloc":
             born[e["addr"]] = e["seq"]
         elif e["addr"] in born:
             at = born.pop(e["addr"])
-            is_scratch[at] = same_span(at, e["seq"])
+            is_scratch[at] = span_of(at, e["seq"])
     live = live_ns = peak = peak_ns = scratch_at_peak = 0
-    blocks: dict[int, tuple[int, bool]] = {}
+    blocks: dict[int, tuple[int, str | None]] = {}
+    at_peak: list[tuple[int, str]] = []
     for e in events:
         if e["kind"] == "alloc":
-            scratch = is_scratch.get(e["seq"], False)
+            scratch = is_scratch.get(e["seq"])
             blocks[e["addr"]] = (e["bytes"], scratch)
             live += e["bytes"]
             live_ns += 0 if scratch else e["bytes"]
             if live > peak:
                 peak, scratch_at_peak = live, live - live_ns
+                at_peak = sorted(((n, op) for n, op in blocks.values() if op), reverse=True)
             peak_ns = max(peak_ns, live_ns)
         elif e["addr"] in blocks:
             n, scratch = blocks.pop(e["addr"])
             live -= n
             live_ns -= 0 if scratch else n
     return {"peak": peak, "kernel_scratch_at_peak": scratch_at_peak,
+            "kernel_scratch_blocks_at_peak": at_peak,
             "peak_without_kernel_scratch": peak_ns}
 
 
@@ -204,6 +210,7 @@ def compare(kind: str, name: str, policy: str, separate_truth: bool = True) -> d
         "real_peak": real.peak_bytes, "dry_peak": est.peak_allocated,
         "peak_error": est.peak_allocated / real.peak_bytes - 1,
         "kernel_scratch_at_real_peak": scratch["kernel_scratch_at_peak"],
+        "kernel_scratch_blocks_at_real_peak": scratch["kernel_scratch_blocks_at_peak"],
         "span_run_peak_difference": with_spans.peak_bytes - real.peak_bytes,
         "real_peak_without_kernel_scratch": scratch["peak_without_kernel_scratch"],
         "peak_error_without_kernel_scratch":
@@ -255,6 +262,8 @@ def main() -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
     rows, failures = [], []
+    print(f"{'workload':<40} {'policy':<14} {'peak err':>9} {'no scratch':>9} {'act err':>9}  "
+          "exact p/g/s", file=sys.stderr)
     for kind, name, policy in rows_to_run(args.set, args.only):
         proc = subprocess.run([sys.executable, __file__, "--_one", kind, name, policy],
                               capture_output=True, text=True, timeout=args.timeout, env=env,

@@ -298,9 +298,10 @@ def _on_target(t: torch.Tensor) -> bool:
 # name -> position of the weight argument
 _NORM_WEIGHT_ARG = {"native_batch_norm": 1, "_native_batch_norm_legit": 1,
                     "native_layer_norm": 2, "native_group_norm": 1}
-# ... of which CUDA kernels return float32 statistics for any 16-bit input (the accumulate
-# type); the others (and every CPU kernel) only when the weight is float32
-_NORM_FLOAT_STATS_ON_CUDA = {"native_batch_norm", "_native_batch_norm_legit", "native_layer_norm"}
+# ... of which the CUDA kernel returns float32 statistics for any 16-bit input (layer_norm_cuda:
+# the accumulate type); the others, and every CPU kernel, only when the weight is float32
+# (batch norm's CUDA path, cuDNN or native, decides its dtype; left as the weight's)
+_NORM_FLOAT_STATS_ON_CUDA = {"native_layer_norm"}
 
 
 class _StorageWatcher(TorchDispatchMode):
@@ -324,8 +325,8 @@ class _StorageWatcher(TorchDispatchMode):
     def _norm_statistics(self, name: str, args: Any, out: Any) -> Any:
         """Batch, layer and group norm of a 16-bit input: the real kernels return the saved
         mean and inverse deviation in float32 when the weight is float32 (mixed types, e.g.
-        batch norm under autocast), and CUDA's batch and layer norm always (the accumulate
-        type); autograd saves them until backward. The fake kernels return them in the
+        batch norm under autocast), and CUDA's layer norm always (the accumulate type);
+        autograd saves them until backward. The fake kernels return them in the
         input's dtype. Corrected here, before the storages are counted."""
         x = args[0] if args else None
         if (not isinstance(out, tuple) or len(out) < 3 or not isinstance(x, torch.Tensor)

@@ -7,7 +7,9 @@ which blocks a kernel allocated and freed inside one op (its internal scratch: o
 reorders and scratchpads of the CPU convolution and bf16 matmul), the only memory a dry run
 cannot see. Measured (docs/accuracy.md §3): without that scratch the dry run's peak is the real
 peak to the byte, and the activation peak is exact; with it the CPU peak is up to 7.3 % higher
-(the CNN under bf16 autocast), all of it scratch.
+(the CNN under bf16 autocast), all of it scratch. Also specified here: the dtype of the norm
+statistics the dry run saves for a 16-bit input (CPU against tracked runs, CUDA by the
+kernel's documented accumulate type).
 """
 from __future__ import annotations
 
@@ -15,6 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import ridgescope as rs
+from ridgescope._estimate import activation_peak
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -67,7 +75,6 @@ def test_the_zoo_is_one_definition_at_two_scales():
     """The GPU check and the CPU check build the same architectures: at both scales every
     model is made of the same module types (the CPU scale has fewer layers and narrower
     ones), and the CPU scale is smaller."""
-    import torch
     for name in fit_zoo.ZOO:
         small, big = fit_zoo.build(name, "cpu")[0], fit_zoo.build(name, "gpu")[0]
         with torch.device("meta"):
@@ -78,3 +85,66 @@ def test_the_zoo_is_one_definition_at_two_scales():
         fit_zoo.build("resnet", "cpu")
     with pytest.raises(ValueError, match="unknown scale"):
         fit_zoo.build("mlp", "tpu")
+
+
+def _norm_model(kind):
+    torch.manual_seed(0)
+    if kind == "layer":
+        return nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 10))
+    norm = nn.BatchNorm2d(8) if kind == "batch" else nn.GroupNorm(2, 8)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), norm, nn.ReLU(), nn.Flatten(),
+                         nn.Linear(8 * 8 * 8, 10))
+
+
+@pytest.mark.parametrize("policy", ["bf16-autocast", "bf16"])
+@pytest.mark.parametrize("kind", ["batch", "group", "layer"])
+def test_norm_statistics_of_a_16_bit_input_are_saved_in_the_real_kernels_dtype(kind, policy,
+                                                                              trace_path):
+    """Given batch, group or layer norm fed a bf16 input, with float32 weights (autocast: the
+    real CPU kernels then return the saved mean and inverse deviation in float32) or bf16
+    weights (a bf16 model: in bf16), when two SGD steps are tracked and dry-run on the CPU,
+    then the activation peak is the same to the byte."""
+    low = policy == "bf16"
+
+    def make_batch():
+        x = torch.randn(4, 16) if kind == "layer" else torch.randn(4, 3, 8, 8)
+        return (x.to(torch.bfloat16) if low else x), torch.randint(0, 10, (4,))
+
+    def loss_fn(model, batch):
+        return F.cross_entropy(model(batch[0]).float(), batch[1])
+
+    def sgd(model):
+        return torch.optim.SGD(model.parameters(), lr=0.1)
+
+    model = _norm_model(kind).to(torch.bfloat16 if low else torch.float32)
+    opt = sgd(model)
+    amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=not low)
+    with rs.track(model=model, optimizer=opt, out=trace_path) as session:
+        for _ in range(2):
+            opt.zero_grad(set_to_none=True)
+            batch = make_batch()
+            with amp:
+                loss = loss_fn(model, batch)
+            loss.backward()
+            opt.step()
+    real = session.report()
+    est = rs.estimate(lambda: _norm_model(kind), sgd, make_batch, device="cpu", capacity=None,
+                      dtype_policy=policy, loss_fn=loss_fn, remedies=False)
+    assert est.activation_peak == activation_peak(real) > 0
+
+
+def test_a_cuda_target_saves_float32_layer_norm_statistics_for_a_bf16_input():
+    """Given a bf16 LayerNorm over 4096 rows, the CUDA kernel returns its saved mean and
+    inverse deviation in float32 (the accumulate type) whatever the weight's dtype; the CPU
+    kernel of an all-bf16 layer norm returns them in bf16. The dry run saves 4096 x 4 bytes
+    each for a CUDA target and 4096 x 2 for a CPU target."""
+    saved = {}
+    for device in ("cuda", "cpu"):
+        est = rs.estimate(lambda: nn.LayerNorm(64),
+                          lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
+                          lambda: torch.randn(4096, 64, dtype=torch.bfloat16), device=device,
+                          capacity=None, dtype_policy="bf16", steps=1, remedies=False,
+                          loss_fn=lambda m, x: m(x).float().sum())
+        saved[device] = sorted(b["bytes"] for b in est.report.peak["top_blocks"]
+                               if b["label"] == "activation saved in LayerNorm")
+    assert saved == {"cuda": [4096 * 4, 4096 * 4], "cpu": [4096 * 2, 4096 * 2]}
