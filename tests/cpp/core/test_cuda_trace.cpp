@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "catch.h"
+#include "allocator_workload.h"
 #include "ridgescope/cuda_rounding.h"
 #include "ridgescope/cuda_trace.h"
 #include "ridgescope/allocator_model.h"
@@ -384,78 +385,43 @@ namespace {
 // free_completed) into the translator, and returns the first disagreement ("" if none).
 std::string cross_check_with_allocator_model(const AllocatorSettings& settings, int operations) {
   AllocatorModel model(settings);
-  model.record_segment_events(true);
-  CudaRoundingRules rules;
-  for (std::size_t i = 0; i < rules.roundup_power2_divisions.size(); ++i) {
-    rules.roundup_power2_divisions[i] = settings.roundup_power2_divisions[i];
-  }
-  rules.max_split_size = settings.max_split_size_bytes == 0 ? UINT64_MAX : settings.max_split_size_bytes;
-  rules.expandable_segments = settings.expandable_segments;
-  CudaTraceTranslator t(rules);
+  CudaTraceTranslator t(allocator_rounding_rules(settings));
   std::vector<Event> out;
-  std::size_t seen = 0;
   std::uint64_t unmaps = 0;
-  auto feed_segments = [&] {
-    const auto& events = model.segment_events();
-    for (; seen < events.size(); ++seen) {
-      const AllocatorSegmentEvent& s = events[seen];
-      CudaTraceAction a = CudaTraceAction::SegmentAlloc;
-      switch (s.kind) {
-        case AllocatorSegmentEvent::Kind::Alloc: a = CudaTraceAction::SegmentAlloc; break;
-        case AllocatorSegmentEvent::Kind::Free: a = CudaTraceAction::SegmentFree; break;
-        case AllocatorSegmentEvent::Kind::Map: a = CudaTraceAction::SegmentMap; break;
-        case AllocatorSegmentEvent::Kind::Unmap: a = CudaTraceAction::SegmentUnmap; ++unmaps; break;
-      }
-      t.translate(entry(a, s.address, s.bytes, 0, s.stream), &out);
+  testing::AllocatorWorkloadCallbacks cb;
+  cb.segment = [&](const AllocatorSegmentEvent& s) {
+    CudaTraceAction a = CudaTraceAction::SegmentAlloc;
+    switch (s.kind) {
+      case AllocatorSegmentEvent::Kind::Alloc: a = CudaTraceAction::SegmentAlloc; break;
+      case AllocatorSegmentEvent::Kind::Free: a = CudaTraceAction::SegmentFree; break;
+      case AllocatorSegmentEvent::Kind::Map: a = CudaTraceAction::SegmentMap; break;
+      case AllocatorSegmentEvent::Kind::Unmap: a = CudaTraceAction::SegmentUnmap; ++unmaps; break;
     }
+    t.translate(entry(a, s.address, s.bytes, 0, s.stream), &out);
+    return std::string();
   };
-  std::uint64_t state = 0x9e3779b97f4a7c15ull;
-  auto next = [&] {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
+  cb.alloc = [&](int op, std::uint64_t bytes, const MallocResult& m) {
+    t.translate(entry(CudaTraceAction::Alloc, m.address, bytes), &out);
+    const std::uint64_t ours = t.block_bytes(0, m.address);
+    if (ours == m.block_bytes) return std::string();
+    return "op " + std::to_string(op) + ": request " + std::to_string(bytes) + " B: model block " +
+           std::to_string(m.block_bytes) + " B, translator " + std::to_string(ours) + " B";
   };
-  std::vector<std::uint64_t> live;
-  std::uint64_t next_id = 1;
-  for (int op = 0; op < operations; ++op) {
-    const std::uint64_t r = next() % 100;
-    if (r < 55 || live.empty()) {
-      // Sizes: small (1 B - 1 MiB), 1-10 MiB (20 MiB segments), large (10-200 MiB).
-      const std::uint64_t kind = next() % 10;
-      std::uint64_t bytes = kind < 5 ? 1 + next() % MiB
-                          : kind < 8 ? MiB + next() % (9 * MiB)
-                                     : 10 * MiB + next() % (190 * MiB);
-      const std::uint64_t id = next_id++;
-      const MallocResult m = model.malloc(id, bytes);
-      if (!m.ok()) return "the model refused a malloc";
-      feed_segments();
-      t.translate(entry(CudaTraceAction::Alloc, m.address, bytes), &out);
-      const std::uint64_t ours = t.block_bytes(0, m.address);
-      if (ours != m.block_bytes) {
-        return "op " + std::to_string(op) + ": request " + std::to_string(bytes) + " B: model block " +
-               std::to_string(m.block_bytes) + " B, translator " + std::to_string(ours) + " B";
-      }
-      live.push_back(id);
-    } else if (r < 97) {
-      const std::size_t k = next() % live.size();
-      const std::uint64_t id = live[k];
-      live[k] = live.back();
-      live.pop_back();
-      const AllocatorBlockInfo b = model.block_of(id);
-      model.free(id);
-      feed_segments();
-      t.translate(entry(CudaTraceAction::FreeRequested, b.address, b.requested_bytes), &out);
-      t.translate(entry(CudaTraceAction::FreeCompleted, b.address, b.requested_bytes), &out);
-    } else {
-      model.empty_cache();
-      feed_segments();
+  cb.free = [&](int, const AllocatorBlockInfo& b) {
+    t.translate(entry(CudaTraceAction::FreeRequested, b.address, b.requested_bytes), &out);
+    t.translate(entry(CudaTraceAction::FreeCompleted, b.address, b.requested_bytes), &out);
+    return std::string();
+  };
+  cb.after = [&](int op) {
+    if (t.allocated_bytes(0) == model.allocated_bytes() && t.reserved_bytes(0) == model.reserved_bytes()) {
+      return std::string();
     }
-    if (t.allocated_bytes(0) != model.allocated_bytes() || t.reserved_bytes(0) != model.reserved_bytes()) {
-      return "op " + std::to_string(op) + ": allocated " + std::to_string(t.allocated_bytes(0)) + " vs " +
-             std::to_string(model.allocated_bytes()) + ", reserved " + std::to_string(t.reserved_bytes(0)) +
-             " vs " + std::to_string(model.reserved_bytes());
-    }
+    return "op " + std::to_string(op) + ": allocated " + std::to_string(t.allocated_bytes(0)) + " vs " +
+           std::to_string(model.allocated_bytes()) + ", reserved " + std::to_string(t.reserved_bytes(0)) +
+           " vs " + std::to_string(model.reserved_bytes());
+  };
+  if (std::string m = testing::run_allocator_workload(model, operations, 0x9e3779b97f4a7c15ull, cb); !m.empty()) {
+    return m;
   }
   if (t.stats().unmatched_frees != 0 || t.stats().unmatched_segment_frees != 0) return "unmatched entries";
   // The workload must exercise what is hard: whole (unsplit) large blocks, or unmapping.

@@ -14,6 +14,7 @@
 #include "ridgescope/analysis.h"
 #include "ridgescope/cuda_rounding.h"
 #include "ridgescope/snapshot.h"
+#include "allocator_workload.h"
 #include "trace_builder.h"
 
 using namespace ridgescope;
@@ -368,76 +369,47 @@ struct ModelRun {
 ModelRun write_model_run_as_torch_snapshot(const AllocatorSettings& settings, int operations, int skip,
                                            const std::string& path) {
   AllocatorModel model(settings);
-  model.record_segment_events(true);
+  const CudaRoundingRules rules = allocator_rounding_rules(settings);
   detail::PickleWriter w;
   w.begin_dict();
   w.key("device_traces").begin_list().begin_list();
   ModelRun run;
-  std::size_t seen = 0;
   std::uint64_t time_us = 1000;
   bool tracing = skip == 0;
-  auto entry = [&](const char* action, std::uint64_t addr, std::uint64_t size, std::uint64_t stream) {
-    if (!tracing) return;
+  auto entry = [&](std::string_view action, std::uint64_t addr, std::uint64_t size, std::uint64_t stream) {
+    if (!tracing) return std::string();
     w.begin_dict().key("action").str(action).key("addr").unsigned_integer(addr).key("size").unsigned_integer(size);
     w.key("stream").unsigned_integer(stream).key("time_us").unsigned_integer(time_us).end_dict();
-  };
-  auto feed_segments = [&] {
-    const auto& events = model.segment_events();
-    for (; seen < events.size(); ++seen) {
-      const AllocatorSegmentEvent& s = events[seen];
-      entry(std::string(allocator_segment_event_name(s.kind)).c_str(), s.address, s.bytes, s.stream);
-    }
+    return std::string();
   };
   auto observe = [&] {
-    if (!tracing) return;
     run.peak_allocated = std::max(run.peak_allocated, model.allocated_bytes());
     run.peak_reserved = std::max(run.peak_reserved, model.reserved_bytes());
   };
-  std::uint64_t state = 0x2545f4914f6cdd1dull;
-  auto next = [&] {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
+  testing::AllocatorWorkloadCallbacks cb;
+  cb.segment = [&](const AllocatorSegmentEvent& e) {
+    return entry(allocator_segment_event_name(e.kind), e.address, e.bytes, e.stream);
   };
-  constexpr std::uint64_t MiB = 1ull << 20;
-  std::vector<std::uint64_t> live;
-  std::uint64_t next_id = 1;
-  for (int op = 0; op < operations; ++op) {
-    if (op == skip && !tracing) {
+  cb.alloc = [&](int, std::uint64_t bytes, const MallocResult& m) {
+    if (tracing && m.block_bytes != cuda_round_size(bytes, rules)) ++run.unsplit_blocks;
+    return entry("alloc", m.address, bytes, 0);
+  };
+  cb.free = [&](int, const AllocatorBlockInfo& b) {
+    entry("free_requested", b.address, b.requested_bytes, 0);
+    return entry("free_completed", b.address, b.requested_bytes, 0);
+  };
+  cb.after = [&](int op) {
+    ++time_us;
+    if (!tracing && op + 1 == skip) {
       tracing = true;
       observe();  // the state the trace starts from
+    } else if (tracing) {
+      observe();
     }
-    ++time_us;
-    const std::uint64_t r = next() % 100;
-    if (r < 55 || live.empty()) {
-      const std::uint64_t kind = next() % 10;
-      const std::uint64_t bytes = kind < 5 ? 1 + next() % MiB
-                                : kind < 8 ? MiB + next() % (9 * MiB)
-                                           : 10 * MiB + next() % (190 * MiB);
-      const std::uint64_t id = next_id++;
-      const MallocResult m = model.malloc(id, bytes);
-      REQUIRE(m.ok());
-      feed_segments();
-      entry("alloc", m.address, bytes, 0);
-      if (tracing && m.block_bytes != cuda_round_size(bytes, allocator_rounding_rules(settings))) ++run.unsplit_blocks;
-      live.push_back(id);
-    } else if (r < 97) {
-      const std::size_t k = next() % live.size();
-      const std::uint64_t id = live[k];
-      live[k] = live.back();
-      live.pop_back();
-      const AllocatorBlockInfo b = model.block_of(id);
-      model.free(id);
-      feed_segments();
-      entry("free_requested", b.address, b.requested_bytes, 0);
-      entry("free_completed", b.address, b.requested_bytes, 0);
-    } else {
-      model.empty_cache();
-      feed_segments();
-    }
-    observe();
-  }
+    return std::string();
+  };
+  const std::string stopped = testing::run_allocator_workload(model, operations, 0x2545f4914f6cdd1dull, cb);
+  REQUIRE(stopped.empty());
   w.end_list().end_list();
   run.final_allocated = model.allocated_bytes();
   run.final_reserved = model.reserved_bytes();
