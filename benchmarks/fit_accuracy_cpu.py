@@ -142,12 +142,32 @@ def scratch_analysis(trace: str, spans: list[tuple[int, int]]) -> dict:
             "peak_without_kernel_scratch": peak_ns}
 
 
+def train_tracked(model, opt, make_batch, loss_fn, amp, trace: str, spans=None, steps: int = 2):
+    """``steps`` training steps under ``rs.track`` (zero_grad(set_to_none=True), batch, loss
+    under ``amp``, backward, step); with ``spans`` (``op_spans()``), each op's span of trace
+    records is noted. Returns the report."""
+    import ridgescope as rs
+    with rs.track(model=model, optimizer=opt, out=trace) as s:
+        if spans is not None:
+            spans.native = s._native
+        with spans if spans is not None else contextlib.nullcontext():
+            for _ in range(steps):
+                opt.zero_grad(set_to_none=True)
+                batch = make_batch()
+                with amp:
+                    loss = loss_fn(model, batch)
+                loss.backward()
+                opt.step()
+        if spans is not None:
+            spans.native = None
+    return s.report()
+
+
 def compare(kind: str, name: str, policy: str, separate_truth: bool = True) -> dict:
     """The tracked real runs, then the dry run, of one workload and dtype policy (in this
     process). ``kind``: "zoo" (benchmarks/fit_zoo.py at its CPU scale) or "foundation".
     ``separate_truth=False`` uses the run with op spans as the truth too (one tracked run)."""
     import torch
-    import ridgescope as rs
     from ridgescope._estimate import activation_peak
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -167,24 +187,11 @@ def compare(kind: str, name: str, policy: str, separate_truth: bool = True) -> d
         """Two tracked steps; with ``spans``, each op's span of trace records is noted."""
         torch.manual_seed(0)
         model = make_model()
-        opt = adamw(model)
         with tempfile.TemporaryDirectory() as tmp:
             trace = str(Path(tmp) / "r.rstrace")
-            with rs.track(model=model, optimizer=opt, out=trace) as s:
-                if spans is not None:
-                    spans.native = s._native
-                with spans if spans is not None else contextlib.nullcontext():
-                    for _ in range(2):
-                        opt.zero_grad(set_to_none=True)
-                        batch = make_batch()
-                        with amp:
-                            loss = loss_fn(model, batch)
-                        loss.backward()
-                        opt.step()
-            report = s.report()
+            report = train_tracked(model, adamw(model), make_batch, loss_fn, amp, trace, spans)
             if spans is None:
                 return report, None
-            spans.native = None
             scratch = scratch_analysis(trace, spans.spans)
             assert scratch["peak"] == report.peak_bytes, (scratch, report.peak_bytes)
             return report, scratch

@@ -18,7 +18,7 @@ reserved, median |error| <= 5 %.
 
 Prints a table on stdout, then ONE line "JSON: {...}" with every row and the verdicts (also
 written to --json). Exit code 0 when every target is met, 1 when not, 2 when no CUDA device.
-Standalone: needs torch with CUDA and ridgescope importable (built for this torch).
+Needs torch with CUDA, ridgescope importable (built for this torch) and fit_zoo.py beside it.
 ``--predict-only`` runs only the dry runs (no GPU needed; exit 0 when all twelve ran).
 
 The zoo (models, GPU shapes, batches, loss, AdamW) is benchmarks/fit_zoo.py, shared with the
@@ -151,8 +151,11 @@ def main() -> int:
     for f in failures:
         print(f"FAILED {f['model']} {f['policy']}: {f['error'][-300:]}")
     if args.predict_only:
-        print("JSON: " + json.dumps({"schema_version": 1, "check": "gpu_fit_predictions",
-                                     "rows": rows, "failures": failures}))
+        out = {"schema_version": 1, "check": "gpu_fit_predictions", "rows": rows,
+               "failures": failures}
+        print("JSON: " + json.dumps(out))
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=2) + "\n")
         return 1 if failures else 0
     aerr = [abs(r["allocated_error"]) for r in rows]
     rerr = [abs(r["reserved_error"]) for r in rows if r["reserved_error"] is not None]

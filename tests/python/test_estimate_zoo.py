@@ -117,17 +117,9 @@ def test_norm_statistics_of_a_16_bit_input_are_saved_in_the_real_kernels_dtype(k
         return torch.optim.SGD(model.parameters(), lr=0.1)
 
     model = _norm_model(kind).to(torch.bfloat16 if low else torch.float32)
-    opt = sgd(model)
     amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=not low)
-    with rs.track(model=model, optimizer=opt, out=trace_path) as session:
-        for _ in range(2):
-            opt.zero_grad(set_to_none=True)
-            batch = make_batch()
-            with amp:
-                loss = loss_fn(model, batch)
-            loss.backward()
-            opt.step()
-    real = session.report()
+    real = fit_accuracy_cpu.train_tracked(model, sgd(model), make_batch, loss_fn, amp,
+                                          str(trace_path))
     est = rs.estimate(lambda: _norm_model(kind), sgd, make_batch, device="cpu", capacity=None,
                       dtype_policy=policy, loss_fn=loss_fn, remedies=False)
     assert est.activation_peak == activation_peak(real) > 0
