@@ -1,7 +1,5 @@
 #include "record_codec.h"
 
-#include <cstring>
-
 #include "byte_codec.h"
 
 namespace ridgescope::detail {
@@ -49,12 +47,12 @@ class FieldReader {
 
 namespace {
 
-// The payload of a timed record, written into a stack buffer: every field is a varint, so the
-// largest payload (an alloc: time delta, device, four 64-bit fields, thread, module context) is
-// 64 bytes, and its length always fits the one-byte varint the record starts with.
+// A timed record built in a stack buffer: the kind byte, the payload's length, then the payload.
+// Every field is a varint, so the largest payload (an alloc: time delta, device, four 64-bit
+// fields, thread, module context) is 64 bytes, and its length always fits one varint byte.
 class TimedPayload {
  public:
-  static constexpr std::size_t kMax = 96;
+  static constexpr std::size_t kMax = 96;  // payload bytes
   void varint(std::uint64_t v) noexcept {
     while (v >= 0x80) {
       buf_[n_++] = static_cast<char>((v & 0x7F) | 0x80);
@@ -66,18 +64,16 @@ class TimedPayload {
     varint(static_cast<std::uint64_t>(d.type));
     varint(static_cast<std::uint64_t>(static_cast<std::int64_t>(d.index) + 1));
   }
-  // kind byte, length, payload: appended to `out` in one call.
-  void append_record(EventKind kind, std::string& out) const {
-    char record[kMax + 2];
-    record[0] = static_cast<char>(kind);
-    record[1] = static_cast<char>(n_);  // n_ < 0x80: a one-byte varint
-    std::memcpy(record + 2, buf_, n_);
-    out.append(record, n_ + 2);
+  // Appends the whole record to `out` in one call.
+  void append_record(EventKind kind, std::string& out) {
+    buf_[0] = static_cast<char>(kind);
+    buf_[1] = static_cast<char>(n_ - 2);  // payload bytes, < 0x80: a one-byte varint
+    out.append(buf_, n_);
   }
 
  private:
-  char buf_[kMax];
-  std::size_t n_ = 0;
+  char buf_[kMax + 2];
+  std::size_t n_ = 2;  // the payload starts after the kind byte and the length byte
 };
 static_assert(TimedPayload::kMax < 0x80, "a timed payload's length must be a one-byte varint");
 

@@ -1,0 +1,262 @@
+"""Where tracking's time goes, piece by piece (docs/performance.md "Where the overhead goes").
+
+bench_training_step.py measures the whole step; this one takes it apart. Everything runs on one
+torch thread and is timed with ``time.thread_time()`` (this thread's CPU time), so other
+processes on a shared machine disturb it less than wall time would.
+
+  cpu_source      ns per CPU alloc+free pair through the CPU allocator source
+                  (``torch.empty(64)`` in a loop, a bare native session vs none)
+  module_call     ns per module call: no hooks, torch's slow path with two no-op global hooks,
+                  and ridgescope's hooks (a model of 301 trivial modules, under no_grad)
+  saved_tensor    ns per tensor saved for backward: no hooks, identity Python hooks (torch's
+                  machinery alone), ridgescope's pack hook with the identity unpack
+                  (``x = x * w`` chains, 2 saved tensors per op; the bare session's CPU source
+                  is on in the last, as in a real session)
+  step            ms per TinyGPT training step (the bench_training_step.py model, batch 8) in
+                  variants run in alternating blocks of steps: untracked; identity
+                  saved-tensor hooks (no ridgescope); a bare native session (the CPU source
+                  alone: no hooks, no phases); tracked (default); tracked_lifetime
+                  (activations=False). ``over_ms`` is the median step minus untracked's.
+
+Prints ONE JSON object (schema_version 1); ``--out FILE`` writes a copy.
+
+    python benchmarks/bench_tracking_pieces.py            # about 2 minutes on 2 cores
+    python benchmarks/bench_tracking_pieces.py --blocks 20 --only step
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
+
+import ridgescope as rs  # noqa: E402
+from ridgescope import _C  # noqa: E402
+
+SECTIONS = ("cpu_source", "module_call", "saved_tensor", "step")
+
+
+def best_of(fn: Callable[[], float], repeats: int = 5) -> float:
+    return min(fn() for _ in range(repeats))
+
+
+@contextlib.contextmanager
+def bare_session(tmp: Path) -> Iterator[Any]:
+    """The native session alone: the CPU allocator source and the recorder, no Python hooks."""
+    s = _C.Session(str(tmp / "bare.rstrace"), 0)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def cpu_source(tmp: Path, n: int) -> dict[str, Any]:
+    def loop() -> float:
+        t0 = time.thread_time()
+        for _ in range(n):
+            torch.empty(64)
+        return (time.thread_time() - t0) / n * 1e9
+
+    untracked, tracked = [], []
+    for _ in range(5):
+        untracked.append(loop())
+        with bare_session(tmp):
+            tracked.append(loop())
+    u, t = statistics.median(untracked), statistics.median(tracked)
+    return {"untracked_ns": round(u, 1), "tracked_ns": round(t, 1),
+            "source_ns_per_pair": round(t - u, 1), "iterations": n}
+
+
+def module_call(tmp: Path) -> dict[str, Any]:
+    class Leaf(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    class Mid(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = Leaf(), Leaf()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    class Root(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = torch.nn.ModuleList(Mid() for _ in range(100))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for m in self.m:
+                x = m(x)
+            return x
+
+    model, x, calls, reps = Root(), torch.zeros(4), 301, 200
+
+    def run() -> float:
+        with torch.no_grad():
+            t0 = time.thread_time()
+            for _ in range(reps):
+                model(x)
+            return (time.thread_time() - t0) / reps / calls * 1e9
+
+    out = {"none_ns": best_of(run)}
+    mm = torch.nn.modules.module
+    h1 = mm.register_module_forward_pre_hook(lambda m, a: None)
+    h2 = mm.register_module_forward_hook(lambda m, a, o: None, always_call=True)
+    try:
+        out["noop_global_hooks_ns"] = best_of(run)
+    finally:
+        h1.remove()
+        h2.remove()
+    with rs.track(model=model, out=tmp / "modules.rstrace", activations=False):
+        out["ridgescope_ns"] = best_of(run)
+    out = {k: round(v, 1) for k, v in out.items()}
+    out["torch_slow_path_ns"] = round(out["noop_global_hooks_ns"] - out["none_ns"], 1)
+    out["ridgescope_own_ns"] = round(out["ridgescope_ns"] - out["noop_global_hooks_ns"], 1)
+    return out
+
+
+def saved_tensor(tmp: Path) -> dict[str, Any]:
+    w = torch.randn(16, requires_grad=True)
+    x0 = torch.randn(16)
+    ops, reps = 200, 30
+
+    def run() -> float:
+        t0 = time.thread_time()
+        for _ in range(reps):
+            x = x0
+            for _ in range(ops):
+                x = x * w  # saves x and w
+            x.sum().backward()
+        return (time.thread_time() - t0) / reps / (2 * ops) * 1e9
+
+    def identity(t: Any) -> Any:
+        return t
+
+    out = {"none_ns": best_of(run)}
+    with torch.autograd.graph.saved_tensors_hooks(identity, identity):
+        out["identity_hooks_ns"] = best_of(run)
+    with bare_session(tmp) as s, torch.autograd.graph.saved_tensors_hooks(s.pack_saved, identity):
+        out["ridgescope_pack_ns"] = best_of(run)
+    with bare_session(tmp):
+        out["cpu_source_only_ns"] = best_of(run)
+    out = {k: round(v, 1) for k, v in out.items()}
+    out["torch_machinery_ns"] = round(out["identity_hooks_ns"] - out["none_ns"], 1)
+    out["ridgescope_pack_own_ns"] = round(
+        out["ridgescope_pack_ns"] - out["cpu_source_only_ns"] - out["torch_machinery_ns"], 1)
+    out["note"] = "per saved tensor, the op and its share of backward included in every figure"
+    return out
+
+
+class Trainer:
+    def __init__(self, batch: int) -> None:
+        torch.manual_seed(0)
+        self.model = TinyGPT(vocab=512, d_model=128, n_heads=4, layers=3, seq_len=64)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-4)
+        self.batches = [gpt_batch(batch, 64, vocab=512, seed=i) for i in range(4)]
+        self.n = 0
+
+    def step(self) -> None:
+        x, y = self.batches[self.n % len(self.batches)]
+        self.n += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = gpt_loss(self.model, x, y)
+        loss.backward()
+        self.optimizer.step()
+
+
+STEP_VARIANTS = ("untracked", "identity_saved", "cpu_source_only", "tracked", "tracked_lifetime")
+
+
+def step(tmp: Path, blocks: int, block: int, batch: int) -> dict[str, Any]:
+    def identity(t: Any) -> Any:
+        return t
+
+    def context(v: str, t: Trainer) -> Any:
+        if v == "untracked":
+            return contextlib.nullcontext()
+        if v == "identity_saved":
+            return torch.autograd.graph.saved_tensors_hooks(identity, identity)
+        if v == "cpu_source_only":
+            return bare_session(tmp)
+        return rs.track(model=t.model, optimizer=t.optimizer, out=tmp / f"{v}.rstrace",
+                        activations=v == "tracked")
+
+    trainers = {v: Trainer(batch) for v in STEP_VARIANTS}
+    times: dict[str, list[float]] = {v: [] for v in STEP_VARIANTS}
+    for v in STEP_VARIANTS:  # warm-up: optimizer state exists before anything is timed
+        with context(v, trainers[v]):
+            for _ in range(3):
+                trainers[v].step()
+    for b in range(blocks):
+        order = STEP_VARIANTS if b % 2 == 0 else STEP_VARIANTS[::-1]
+        for v in order:
+            t = trainers[v]
+            with context(v, t):
+                t.step()  # untimed: the first step after a switch
+                for _ in range(block):
+                    t0 = time.thread_time()
+                    t.step()
+                    times[v].append(time.thread_time() - t0)
+    base = statistics.median(times["untracked"])
+    return {v: {"median_ms": round(statistics.median(times[v]) * 1e3, 3),
+                "over_ms": round((statistics.median(times[v]) - base) * 1e3, 3),
+                "ratio": round(statistics.median(times[v]) / base, 4),
+                "steps": len(times[v])} for v in STEP_VARIANTS} | {
+        "config": {"model": "TinyGPT", "batch": batch, "layers": 3, "d_model": 128,
+                   "blocks": blocks, "steps_per_block": block}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    ap.add_argument("--blocks", type=int, default=30, help="step: alternating blocks per variant")
+    ap.add_argument("--block", type=int, default=5, help="step: timed steps per block")
+    ap.add_argument("--batch", type=int, default=8, help="step: batch size")
+    ap.add_argument("--alloc-iterations", type=int, default=200_000)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    only = [s for s in args.only.split(",") if s]
+    if any(s not in SECTIONS for s in only):
+        ap.error(f"--only: choose from {', '.join(SECTIONS)}")
+    torch.set_num_threads(1)
+    out: dict[str, Any] = {
+        "schema_version": 1, "benchmark": "tracking_pieces", "date": time.strftime("%Y-%m-%d"),
+        "torch_version": torch.__version__, "ridgescope_version": rs.__version__,
+        "python_version": platform.python_version(), "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(), "clock": "time.thread_time"}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="rs-pieces-") as d:
+        tmp = Path(d)
+        if "cpu_source" in only:
+            out["cpu_source"] = cpu_source(tmp, args.alloc_iterations)
+        if "module_call" in only:
+            out["module_call"] = module_call(tmp)
+        if "saved_tensor" in only:
+            out["saved_tensor"] = saved_tensor(tmp)
+        if "step" in only:
+            out["step"] = step(tmp, args.blocks, args.block, args.batch)
+    out["wall_s"] = round(time.perf_counter() - t0, 1)
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
