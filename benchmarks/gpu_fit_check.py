@@ -83,6 +83,18 @@ def one(name: str, policy: str, mode: str = "measure") -> dict:
     torch.cuda.synchronize()
     measured_alloc = torch.cuda.max_memory_allocated()
     measured_res = torch.cuda.max_memory_reserved()
+    # The cuBLAS(Lt) workspaces torch keeps per handle and stream (the dry run predicts one
+    # per thread: forward's and autograd's): what memory_allocated() drops by when torch
+    # frees them.
+    measured_ws = None
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        before = torch.cuda.memory_allocated()
+        clear()
+        torch.cuda.synchronize()
+        measured_ws = before - torch.cuda.memory_allocated()
+    predicted_ws = sum(b["bytes"] for b in est.report.to_dict()["peak"]["top_blocks"]
+                       if b["category"] == "workspace")
     return {
         "model": name, "policy": policy, "predict_s": round(predict_s, 2),
         "predicted_allocated": est.peak_allocated, "measured_allocated": measured_alloc,
@@ -90,8 +102,13 @@ def one(name: str, policy: str, mode: str = "measure") -> dict:
         "predicted_reserved": est.peak_reserved, "measured_reserved": measured_res,
         "reserved_error": (est.peak_reserved / measured_res - 1) if est.peak_reserved else None,
         "peak_phase": est.report.peak["phase"],
+        "predicted_workspace": predicted_ws, "measured_workspace": measured_ws,
         "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
     }
+
+
+def _mib(n: "int | None") -> str:
+    return "-" if n is None else f"{n / 2**20:.2f}"
 
 
 def main() -> int:
@@ -141,13 +158,14 @@ def main() -> int:
                   f"({r['predict_s']} s)")
     else:
         print(f"{'model':<16} {'policy':<14} {'pred alloc':>10} {'meas alloc':>10} {'err':>7}  "
-              f"{'pred res':>9} {'meas res':>9} {'err':>7}")
+              f"{'pred res':>9} {'meas res':>9} {'err':>7}  {'ws pred/meas MiB':>16}")
         for r in rows:
             rerr = f"{r['reserved_error']:+.2%}" if r["reserved_error"] is not None else "-"
             pres = f"{r['predicted_reserved'] / gib:.3f}" if r["predicted_reserved"] else "-"
             print(f"{r['model']:<16} {r['policy']:<14} {r['predicted_allocated'] / gib:>10.3f} "
                   f"{r['measured_allocated'] / gib:>10.3f} {r['allocated_error']:>+7.2%}  "
-                  f"{pres:>9} {r['measured_reserved'] / gib:>9.3f} {rerr:>7}")
+                  f"{pres:>9} {r['measured_reserved'] / gib:>9.3f} {rerr:>7}  "
+                  f"{r['predicted_workspace'] / 2**20:>7.2f}/{_mib(r['measured_workspace']):<8}")
     for f in failures:
         print(f"FAILED {f['model']} {f['policy']}: {f['error'][-300:]}")
     if args.predict_only:

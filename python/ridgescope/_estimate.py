@@ -42,12 +42,70 @@ from ._format import format_bytes, parse_bytes
 from ._report import Report
 
 CUDA_BLOCK = 512  # the caching allocator's smallest block and rounding unit (bytes)
-# cuBLAS workspace torch allocates through the caching allocator on the first matmul of a
-# stream: ":4096:8" (8 x 4 MiB) on Hopper and newer, torch's default CUBLAS_WORKSPACE_CONFIG.
+# cuBLAS workspace torch allocates through the caching allocator for each cuBLAS handle and
+# stream (at::cuda::setWorkspaceForHandle), at the handle's first BLAS call, and keeps:
+# ":4096:8" (8 x 4 MiB) on Hopper (sm90: H100, H200), torch's default CUBLAS_WORKSPACE_CONFIG
+# there (":4096:2:16:8", 8.125 MiB, elsewhere; pass workspace_bytes= for another GPU).
 DEFAULT_CUDA_WORKSPACE = 8 * 4096 * 1024
+# cuBLASLt (addmm with a 1-D bias, i.e. nn.Linear with bias) has its own workspace per handle
+# and stream in torch 2.11 (getCUDABlasLtWorkspace: its own map unless
+# TORCH_CUBLASLT_UNIFIED_WORKSPACE=1), CUBLASLT_WORKSPACE_SIZE KiB (default 1024), at most the
+# cuBLAS workspace. torch 2.14 shares the cuBLAS workspace by default
+# (unified_cublas_and_lt_workspaces); 2.12 and 2.13 were not checked and are taken as 2.14.
+DEFAULT_CUBLASLT_WORKSPACE = 1024 * 1024
 _MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "_addmm_activation", "addbmm", "matmul",
                "_scaled_mm", "addmv", "mv"}
 DTYPE_POLICIES = (None, "fp32", "bf16", "fp16", "bf16-autocast", "fp16-autocast")
+
+
+def _torch_version() -> tuple[int, int]:
+    try:
+        major, minor = torch.__version__.split("+")[0].split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return (99, 0)
+
+
+def cublas_workspace_bytes(environ: "dict[str, str] | None" = None) -> int:
+    """torch's parseChosenWorkspaceSize: CUBLAS_WORKSPACE_CONFIG ":SIZE_KiB:COUNT[...]" summed,
+    else the Hopper default (DEFAULT_CUDA_WORKSPACE)."""
+    import re
+    env = os.environ if environ is None else environ
+    conf = env.get("CUBLAS_WORKSPACE_CONFIG")
+    if conf:
+        pairs = re.findall(r":([0-9]+):([0-9]+)", conf)
+        if pairs:
+            return sum(int(size) * 1024 * int(count) for size, count in pairs)
+    return DEFAULT_CUDA_WORKSPACE
+
+
+def cublaslt_workspace_bytes(cublas_bytes: int, environ: "dict[str, str] | None" = None,
+                             version: "tuple[int, int] | None" = None) -> int:
+    """The separate cuBLASLt workspace per handle and stream (0 where it shares cuBLAS's)."""
+    env = os.environ if environ is None else environ
+    if (version or _torch_version()) >= (2, 12):
+        return 0
+    if env.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "").lower() in ("1", "true", "on", "yes", "y"):
+        return 0
+    kib = 1024
+    try:
+        kib = int(env.get("CUBLASLT_WORKSPACE_SIZE", "1024"))
+    except ValueError:
+        pass
+    return min(kib * 1024, cublas_bytes)
+
+
+def _uses_cublaslt(name: str, args: Any) -> bool:
+    """addmm with a 1-D bias of a 2-D result (nn.Linear with bias) goes through cuBLASLt's
+    bias epilogue (addmm_out_cuda_impl's useLtInterface) when both matrices have more than one
+    row and column."""
+    if name not in ("addmm", "_addmm_activation") or len(args) < 3:
+        return False
+    bias, m1, m2 = args[0], args[1], args[2]
+    if not all(isinstance(t, torch.Tensor) for t in (bias, m1, m2)):
+        return False
+    return (bias.dim() == 1 and m1.dim() == 2 and m2.dim() == 2 and m1.shape[0] > 1
+            and m1.shape[1] > 1 and m2.shape[1] > 1)
 
 
 def _round_block(n: int) -> int:
@@ -86,6 +144,9 @@ class _DryNative:
         if allocator is not None:
             allocator.record_segment_events(True)
         self._workspace_bytes = workspace_bytes if cuda else 0
+        self._lt_workspace_bytes = cublaslt_workspace_bytes(workspace_bytes) if cuda else 0
+        self._workspaces: set[tuple[str, bool]] = set()  # (thread, cuBLASLt) allocated so far
+        self._workspace_holders: list[Any] = []
         self._time = 0
         self._next_addr = 0x10000
         self._next_id = 1
@@ -104,7 +165,6 @@ class _DryNative:
         self.sample_name = self._w.intern("allocator_live_bytes")
         self.outside_label = self._w.intern(
             "activation saved outside the model (loss or functional code)")
-        self.workspace_done = False
 
     # -- writing
     def _event(self, kind: str, **kw: Any) -> None:
@@ -213,15 +273,22 @@ class _DryNative:
                 self._event("segment_free", addr=int(e["address"]), bytes=int(e["bytes"]))
         self._segment_cursor = len(events)
 
-    def workspace(self) -> None:
-        """The cuBLAS workspace, allocated by torch through the caching allocator on the first
-        matmul and kept for the process's life."""
-        if self.workspace_done or not self._workspace_bytes:
-            return
-        self.workspace_done = True
-        holder = torch.UntypedStorage(self._workspace_bytes, device="meta")
-        self._workspace_holder = holder
-        self.on_storage(holder, "workspace", self.intern("cuBLAS workspace"))
+    def workspace(self, backward: bool, lt: bool) -> None:
+        """The cuBLAS (or cuBLASLt) workspace of the handle this op runs on, allocated by torch
+        through the caching allocator at the handle's first BLAS call and kept for the
+        process's life. A training step has two handles, one per thread: the thread that runs
+        forward and the optimizer, and autograd's worker thread for the CUDA device, which runs
+        backward (and a checkpointed forward's recomputation)."""
+        thread = "autograd thread" if backward else "main thread"
+        for is_lt in ((False, True) if lt else (False,)):
+            nbytes = self._lt_workspace_bytes if is_lt else self._workspace_bytes
+            if not nbytes or (thread, is_lt) in self._workspaces:
+                continue
+            self._workspaces.add((thread, is_lt))
+            holder = torch.UntypedStorage(nbytes, device="meta")
+            self._workspace_holders.append(holder)
+            what = "cuBLASLt workspace" if is_lt else "cuBLAS workspace"
+            self.on_storage(holder, "workspace", self.intern(f"{what} ({thread})"))
 
     def _addr(self, tensor: Any) -> int | None:
         if not isinstance(tensor, torch.Tensor):
@@ -358,8 +425,9 @@ class _StorageWatcher(TorchDispatchMode):
             return out
         if native.cuda:
             name = func.overloadpacket.__name__
-            if name in _MATMUL_OPS and not native.workspace_done:
-                native.workspace()
+            if name in _MATMUL_OPS:
+                native.workspace(backward=torch._C._current_autograd_node() is not None,
+                                 lt=_uses_cublaslt(name, args))
             # On a CUDA run, torch.tensor(0.0) with no device (an optimizer's step counter) is
             # a host tensor, and so is what is computed from host tensors only (bias
             # corrections): not device memory.
@@ -608,7 +676,7 @@ def _dry_run(make_model: Callable[..., Any], make_optimizer: Callable[..., Any],
         os.close(fd)
         trace = tmp
     native = _DryNative(trace, cuda, allocator, limited,
-                        DEFAULT_CUDA_WORKSPACE if workspace_bytes is None else workspace_bytes)
+                        cublas_workspace_bytes() if workspace_bytes is None else workspace_bytes)
     low = {"bf16": torch.bfloat16, "fp16": torch.float16, "bf16-autocast": torch.bfloat16,
            "fp16-autocast": torch.float16}.get(dtype_policy or "")
     autocast = dtype_policy is not None and dtype_policy.endswith("-autocast")

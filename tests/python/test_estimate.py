@@ -102,8 +102,9 @@ def test_the_report_has_the_shape_of_a_tracked_run(trace_path):
 def test_a_cuda_target_rounds_blocks_keeps_step_counters_on_the_host_and_adds_the_workspace(foreach):
     """For a CUDA target each block is rounded up to 512 bytes, AdamW's step counters (and the
     bias corrections computed from them) stay on the host, in the foreach default and in the
-    per-tensor implementation alike, the cuBLAS workspace is live from the first matmul, and
-    the optimizer step holds temporaries."""
+    per-tensor implementation alike, two cuBLAS workspaces are live from the first backward
+    (one for the thread that runs forward, one for autograd's CUDA worker thread), and the
+    optimizer step holds temporaries."""
     torch.manual_seed(0)
     make = lambda: torch.nn.Sequential(torch.nn.Linear(100, 30), torch.nn.ReLU(),  # noqa: E731
                                        torch.nn.Linear(30, 7))
@@ -118,17 +119,18 @@ def test_a_cuda_target_rounds_blocks_keeps_step_counters_on_the_host_and_adds_th
     assert first["start_by_category"]["parameter"] == blocks
     assert first["start_by_category"]["gradient"] == blocks
     assert first["end_by_category"]["optimizer_state"] == 2 * blocks  # exp_avg, exp_avg_sq only
-    assert est.by_category["workspace"] == DEFAULT_CUDA_WORKSPACE
+    assert est.by_category["workspace"] == 2 * DEFAULT_CUDA_WORKSPACE
     assert first["peak_by_category"]["temporary"] > 0  # foreach intermediates
     assert est.fits and est.margin == (1 << 30) - est.predicted_peak
 
 
 def test_reserved_bytes_come_from_the_allocator_model():
     """Given the same small CUDA step, the allocator model reserves one 2 MiB small-pool
-    segment for every block under 1 MiB and a 32 MiB large segment for the workspace (torch's
-    rules: small requests share 2 MiB segments; a request over 10 MiB gets its own segment
-    rounded to 2 MiB): 34 MiB, which the report's peak also shows. With 33 MiB of capacity the
-    allocated peak (32.1 MiB) would fit but the allocator cannot serve it: it does not fit."""
+    segment for every block under 1 MiB and a 32 MiB large segment for each of the two
+    workspaces (torch's rules: small requests share 2 MiB segments; a request over 10 MiB gets
+    its own segment rounded to 2 MiB): 66 MiB, which the report's peak also shows. With 65 MiB
+    of capacity the allocated peak (64.1 MiB) would fit but the allocator cannot serve it: it
+    does not fit."""
     pytest.importorskip("ridgescope._allocator_model")
     if not hasattr(rs._C, "AllocatorModel"):
         pytest.skip("this build has no allocator model")
@@ -136,13 +138,65 @@ def test_reserved_bytes_come_from_the_allocator_model():
                                        torch.nn.Linear(30, 7))
     batch = lambda: (torch.randn(5, 100), torch.randint(0, 7, (5,)))  # noqa: E731
     est = rs.estimate(make, adamw, batch, device="cuda", capacity="1GiB", steps=2)
-    assert est.peak_reserved == DEFAULT_CUDA_WORKSPACE + (2 << 20)
+    assert est.peak_reserved == 2 * DEFAULT_CUDA_WORKSPACE + (2 << 20)
     assert est.report.peak["reserved_bytes"] == est.peak_reserved
-    assert est.peak_allocated < (33 << 20) < est.peak_reserved
-    tight = rs.estimate(make, adamw, batch, device="cuda", capacity="33MiB", steps=2)
+    assert est.peak_allocated < (65 << 20) < est.peak_reserved
+    tight = rs.estimate(make, adamw, batch, device="cuda", capacity="65MiB", steps=2)
     assert tight.fits is False and tight.margin < 0
     with pytest.raises(rs.RidgescopeError):
         rs.estimate(make, adamw, batch, device="cuda", alloc_conf="no_such_option:1")
+
+
+def _workspaces(est) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for b in est.report.to_dict()["peak"]["top_blocks"]:
+        if b["category"] == "workspace":
+            out[b["label"]] = out.get(b["label"], 0) + b["bytes"]
+    return out
+
+
+def test_cublas_workspaces_follow_torchs_handles_and_settings(monkeypatch):
+    """torch allocates a cuBLAS workspace per handle and stream, at the handle's first BLAS
+    call: one for the thread that runs forward, one for autograd's CUDA worker thread, which
+    runs backward and a checkpointed forward's recomputation (so checkpointing adds none).
+    CUBLAS_WORKSPACE_CONFIG sets the size as torch parses it (":SIZE_KiB:COUNT" summed). In
+    torch 2.11, nn.Linear with bias (addmm's cuBLASLt bias epilogue) also gets a separate
+    cuBLASLt workspace per handle (CUBLASLT_WORKSPACE_SIZE KiB, 1 MiB by default, at most the
+    cuBLAS one); 2.14 shares the cuBLAS workspace."""
+    from ridgescope._estimate import (DEFAULT_CUBLASLT_WORKSPACE, _uses_cublaslt,
+                                      cublas_workspace_bytes, cublaslt_workspace_bytes)
+    make = lambda: torch.nn.Sequential(torch.nn.Linear(100, 30), torch.nn.ReLU(),  # noqa: E731
+                                       torch.nn.Linear(30, 7))
+    batch = lambda: (torch.randn(5, 100), torch.randint(0, 7, (5,)))  # noqa: E731
+    est = rs.estimate(make, adamw, batch, device="cuda", capacity=None, steps=2, remedies=False)
+    assert _workspaces(est) == {"cuBLAS workspace (main thread)": DEFAULT_CUDA_WORKSPACE,
+                                "cuBLAS workspace (autograd thread)": DEFAULT_CUDA_WORKSPACE}
+    mk = lambda: torch.nn.Sequential(torch.nn.Linear(100, 7))  # noqa: E731
+    # Checkpointing recomputes on the autograd thread: still two workspaces.
+    gpt = lambda: models.TinyGPT(vocab=64, d_model=32, layers=2, seq_len=16,  # noqa: E731
+                                 checkpointing=True)
+    est = rs.estimate(gpt, adamw, lambda: models.gpt_batch(2, 16, 64), device="cuda",
+                      capacity=None, steps=1, remedies=False,
+                      loss_fn=lambda m, b: models.gpt_loss(m, *b))
+    assert sorted(_workspaces(est).values()) == [DEFAULT_CUDA_WORKSPACE] * 2
+    # The size, as torch parses CUBLAS_WORKSPACE_CONFIG.
+    assert cublas_workspace_bytes({}) == 32 << 20
+    assert cublas_workspace_bytes({"CUBLAS_WORKSPACE_CONFIG": ":4096:2:16:8"}) == 8519680
+    assert cublas_workspace_bytes({"CUBLAS_WORKSPACE_CONFIG": "garbage"}) == 32 << 20
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:2")
+    est = rs.estimate(mk, adamw, batch, device="cuda", capacity=None, steps=1, remedies=False)
+    assert sum(_workspaces(est).values()) == 2 * (8 << 20)
+    # cuBLASLt: separate in 2.11, shared in 2.14; which ops use it.
+    assert cublaslt_workspace_bytes(32 << 20, {}, (2, 11)) == DEFAULT_CUBLASLT_WORKSPACE
+    assert cublaslt_workspace_bytes(32 << 20, {"CUBLASLT_WORKSPACE_SIZE": "4096"}, (2, 11)) == 4 << 20
+    assert cublaslt_workspace_bytes(512 << 10, {}, (2, 11)) == 512 << 10
+    assert cublaslt_workspace_bytes(32 << 20, {"TORCH_CUBLASLT_UNIFIED_WORKSPACE": "1"}, (2, 11)) == 0
+    assert cublaslt_workspace_bytes(32 << 20, {}, (2, 14)) == 0
+    bias, x, w = torch.zeros(30), torch.zeros(5, 100), torch.zeros(100, 30)
+    assert _uses_cublaslt("addmm", (bias, x, w))
+    assert not _uses_cublaslt("addmm", (torch.zeros(5, 30), x, w))  # a 2-D "bias": plain cuBLAS
+    assert not _uses_cublaslt("addmm", (bias, torch.zeros(1, 100), w))  # one row
+    assert not _uses_cublaslt("mm", (x, w))
 
 
 def test_a_7b_llama_is_predicted_without_allocating_it():
@@ -290,7 +344,7 @@ def test_a_sweep_row_is_the_estimate_at_that_point():
     """Each row of a sweep is a full estimate (the same steps): its peaks and verdict equal
     those of rs.estimate called at that batch size."""
     spec = SPECS["tiny-gpt"]
-    kw = dict(device="cuda", capacity="67MiB", seq_len=128)
+    kw = dict(device="cuda", capacity="99MiB", seq_len=128)
     est = rs.estimate(spec.make_model, spec.make_optimizer, spec.make_batch, batch_size=1, **kw)
     rows = est.sweep(batch_size=[2, 6]).rows
     for row in rows:
