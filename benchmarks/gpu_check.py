@@ -305,6 +305,23 @@ def exactness(w: Workload, steps: int, out: Path) -> None:
           f"{len(with_context)} of {len(contexts)} CUDA allocations name a module; names not in "
           f"the model: {sorted(set(with_context) - names)[:5]}")
     totals = report.get("totals", {})
+    # Workspace blocks (cuBLAS/cuBLASLt scratch that never backs a tensor) are tagged from
+    # torch's workspace maps: at the end, the report's workspace bytes are what torch frees
+    # when it drops its workspaces.
+    ws_tagged = totals.get("final_by_category", {}).get("workspace", 0)
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is None or not _C._cuda_workspace_tags_compiled():
+        skip("exactness.workspace_blocks_tagged",
+             "this torch has no _cuda_clearCublasWorkspaces, or this build cannot read the maps")
+    else:
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        clear()
+        torch.cuda.synchronize()
+        freed = before - torch.cuda.memory_allocated()
+        FIGURES["workspace_bytes"] = {"tagged": ws_tagged, "freed_by_clear": freed}
+        check("exactness.workspace_blocks_tagged", freed > 0 and ws_tagged == freed,
+              f"report's workspace at the end {ws_tagged} B; torch freed {freed} B of workspaces")
     FIGURES["exactness"] = {"boundaries": len(tracked), "peak_bytes": report["peak"]["bytes"],
                             "end_allocated": end_allocated, "end_reserved": end_reserved,
                             "totals": totals, "unknown_bytes_at_peak": report["peak"]["by_category"].get("unknown")}

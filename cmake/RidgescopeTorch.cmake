@@ -69,7 +69,15 @@ has = lambda d, f: os.path.isfile(os.path.join(d, f))
 both = [d for d in dirs if has(d, "cuda_runtime_api.h") and has(d, "crt/host_config.h")]
 runtime = [d for d in dirs if has(d, "cuda_runtime_api.h")]
 crt = [d for d in dirs if has(d, "crt/host_config.h")]
-print(both[0] if both else (runtime[0] + ";" + crt[0] if runtime and crt else ""))
+out = both[0] if both else (runtime[0] + ";" + crt[0] if runtime and crt else "")
+# The cuBLAS, cuSPARSE and cuSOLVER headers (ATen/cuda/CUDAContextLight.h, for the workspace
+# maps): a runtime-only toolkit lacks them, the nvidia wheels torch depends on have them.
+blas = lambda d: all(has(d, f) for f in ("cublas_v2.h", "cublasLt.h", "cusparse.h", "cusolverDn.h"))
+if out and not any(blas(d) for d in out.split(";")):
+    extra = [d for d in dirs if blas(d)]
+    if extra:
+        out += ";" + extra[0]
+print(out)
 ]=]
     OUTPUT_VARIABLE RIDGESCOPE_CUDA_INCLUDE_DIR
     OUTPUT_STRIP_TRAILING_WHITESPACE

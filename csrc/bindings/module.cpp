@@ -152,6 +152,8 @@ PYBIND11_MODULE(_C, m) {
         "Whether ridgescope's tracking CPU allocator is registered now (for tests).");
   m.def("_cuda_source_compiled", &ridgescope::sources::cuda_source_compiled,
         "Whether this build has the CUDA caching-allocator source (torch had CUDA at build time).");
+  m.def("_cuda_workspace_tags_compiled", &ridgescope::sources::cuda_workspace_tags_compiled,
+        "Whether this build reads torch's cuBLAS workspace maps (workspace blocks are tagged).");
   m.def("_cuda_allocator_backend", &ridgescope::sources::cuda_allocator_backend,
         "The CUDA allocator backend ('native', 'cudaMallocAsync'), or '' without CUDA.");
   m.def("_cuda_source_stats", &ridgescope::sources::cuda_source_stats_json,

@@ -16,6 +16,16 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/version.h>
+// The cuBLAS / cuBLASLt workspace maps (at::cuda::cublas_handle_stream_to_workspace), to tell
+// workspace blocks from tensors. The header pulls in the cuBLAS, cuSPARSE and cuSOLVER
+// headers; where the CUDA headers found lack them, workspaces are simply not tagged.
+#if __has_include(<cublas_v2.h>) && __has_include(<cublasLt.h>) && __has_include(<cusparse.h>) && \
+    __has_include(<cusolverDn.h>)
+#include <ATen/cuda/CUDAContextLight.h>
+#include <dlfcn.h>
+#include <shared_mutex>
+#define RIDGESCOPE_CUBLAS_WORKSPACES 1
+#endif
 #endif
 
 namespace ridgescope::sources {
@@ -39,6 +49,8 @@ Recorder* g_recorder = nullptr;
 CudaTraceTranslator* g_translator = nullptr;
 std::vector<Event>* const g_events = new std::vector<Event>();  // reused: no allocation per entry once warm
 std::uint64_t g_counted = 0;      // non-snapshot entries seen in Counting mode
+// The workspace blocks last tagged (the set is re-tagged only when it changes).
+std::vector<CudaWorkspaceBlock>* const g_tagged_workspaces = new std::vector<CudaWorkspaceBlock>();
 std::uint64_t g_oom_reports = 0;  // OOM observer calls
 std::uint64_t g_dropped_reentrant = 0;
 int g_devices = 0;
@@ -350,6 +362,63 @@ void stop_cuda_allocator_source() noexcept {
 
 bool cuda_allocator_source_live() noexcept { return g_mode.load() == kLive; }
 
+#ifdef RIDGESCOPE_CUBLAS_WORKSPACES
+namespace {
+// The map's value: an at::DataPtr in torch 2.11, a (DataPtr, size) pair in 2.14.
+const at::DataPtr& workspace_data(const at::DataPtr& p) { return p; }
+template <class T>
+const at::DataPtr& workspace_data(const std::pair<at::DataPtr, T>& p) {
+  return p.first;
+}
+
+using WorkspaceMapFn = at::cuda::WorkspaceMapWithMutex& (*)();
+
+// torch's accessor functions, looked up in the already loaded libtorch_cuda (no link-time
+// dependency: a torch without them just has no workspace tags).
+WorkspaceMapFn workspace_map_fn(const char* symbol) noexcept {
+  void* lib = ::dlopen("libtorch_cuda.so", RTLD_NOW | RTLD_NOLOAD);
+  void* f = lib != nullptr ? ::dlsym(lib, symbol) : nullptr;
+  if (f == nullptr) f = ::dlsym(RTLD_DEFAULT, symbol);
+  return reinterpret_cast<WorkspaceMapFn>(f);
+}
+
+void collect(WorkspaceMapFn fn, bool lt, std::vector<CudaWorkspaceBlock>* out) {
+  if (fn == nullptr) return;
+  at::cuda::WorkspaceMapWithMutex& m = fn();
+  std::shared_lock<std::shared_mutex> lock(m.mutex);
+  for (const auto& entry : m.map) {
+    const at::DataPtr& data = workspace_data(entry.second);
+    if (data.get() == nullptr) continue;
+    out->push_back(CudaWorkspaceBlock{static_cast<std::int16_t>(data.device().index()),
+                                      reinterpret_cast<std::uint64_t>(data.get()), lt});
+  }
+}
+}  // namespace
+#endif
+
+std::vector<CudaWorkspaceBlock> cuda_workspace_blocks() noexcept {
+  std::vector<CudaWorkspaceBlock> out;
+#ifdef RIDGESCOPE_CUBLAS_WORKSPACES
+  try {
+    static const WorkspaceMapFn cublas = workspace_map_fn("_ZN2at4cuda33cublas_handle_stream_to_workspaceEv");
+    static const WorkspaceMapFn cublaslt = workspace_map_fn("_ZN2at4cuda35cublaslt_handle_stream_to_workspaceEv");
+    collect(cublas, false, &out);
+    collect(cublaslt, true, &out);
+  } catch (...) {
+    out.clear();
+  }
+#endif
+  return out;
+}
+
+bool cuda_workspace_tags_compiled() noexcept {
+#ifdef RIDGESCOPE_CUBLAS_WORKSPACES
+  return true;
+#else
+  return false;
+#endif
+}
+
 void record_cuda_samples(std::uint32_t live_name_id, std::uint32_t reserved_name_id) noexcept {
 #ifdef RIDGESCOPE_WITH_CUDA
   const bool live = g_mode.load() == kLive;
@@ -362,6 +431,26 @@ void record_cuda_samples(std::uint32_t live_name_id, std::uint32_t reserved_name
       if (g_recorder == nullptr) return;
       allocated_id = g_recorder->intern("cuda_allocated_bytes");
       reserved_id = g_recorder->intern("cuda_reserved_bytes");
+    }
+    if (live) {
+      // Workspace blocks are allocated through the allocator like tensors; torch's workspace
+      // maps say which they are. Read outside g_mutex (the maps' own lock), tagged under it;
+      // a tag is only written when the set changed since the last boundary.
+      std::vector<CudaWorkspaceBlock> ws = cuda_workspace_blocks();
+      std::lock_guard<std::mutex> lock(g_mutex);
+      if (g_recorder == nullptr) return;
+      if (ws != *g_tagged_workspaces) {
+        for (const CudaWorkspaceBlock& b : ws) {
+          Event e;
+          e.kind = EventKind::Tag;
+          e.device = Device{DeviceType::CUDA, b.device};
+          e.addr = b.addr;
+          e.category = Category::Workspace;
+          e.string_id = g_recorder->intern(b.cublaslt ? "cuBLASLt workspace" : "cuBLAS workspace");
+          g_recorder->record(e);
+        }
+        *g_tagged_workspaces = std::move(ws);
+      }
     }
     for (int d = 0; d < g_devices; ++d) {
       // Read outside g_mutex (getDeviceStats takes the allocator's lock). An allocation by

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ridgescope/recorder.h"
 
@@ -60,6 +61,25 @@ bool cuda_allocator_source_live() noexcept;
 // Does nothing when the source is not running. Never call it from an allocator callback (it
 // takes the allocator's lock).
 void record_cuda_samples(std::uint32_t live_name_id, std::uint32_t reserved_name_id) noexcept;
+
+// A cuBLAS or cuBLASLt workspace: a block torch allocates through the caching allocator for a
+// (handle, stream) and keeps; it never backs a tensor.
+struct CudaWorkspaceBlock {
+  std::int16_t device = 0;   // CUDA ordinal
+  std::uint64_t addr = 0;    // the block's address
+  bool cublaslt = false;     // from the cuBLASLt map (torch 2.11's separate Lt workspaces)
+  friend bool operator==(const CudaWorkspaceBlock& a, const CudaWorkspaceBlock& b) noexcept {
+    return a.device == b.device && a.addr == b.addr && a.cublaslt == b.cublaslt;
+  }
+};
+// The workspace blocks torch holds now (at::cuda::cublas_handle_stream_to_workspace and
+// cublaslt_handle_stream_to_workspace, read under their own lock). record_cuda_samples tags
+// them `workspace` at every phase boundary where the set changed. Empty when this build has
+// no workspace access (cuda_workspace_tags_compiled) or torch has none. Never call it from an
+// allocator callback.
+std::vector<CudaWorkspaceBlock> cuda_workspace_blocks() noexcept;
+// Whether this build can read torch's workspace maps (the cuBLAS headers were found).
+bool cuda_workspace_tags_compiled() noexcept;
 
 // The allocator backend's name ("native", "cudaMallocAsync"), or "" without CUDA.
 std::string cuda_allocator_backend() noexcept;
