@@ -34,7 +34,9 @@ MapFn map_fn(const char* symbol) {
   return reinterpret_cast<MapFn>(f);
 }
 
-void put(at::cuda::WorkspaceMapWithMutex& m, void* handle, std::uintptr_t addr, int device, std::size_t bytes) {
+// A template, so that only the branch of this torch's layout is compiled.
+template <class Map>
+void put(Map& m, void* handle, std::uintptr_t addr, int device, std::size_t bytes) {
   at::DataPtr data(reinterpret_cast<void*>(addr), reinterpret_cast<void*>(addr), [](void*) {},
                    c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
   using Value = typename decltype(m.map)::mapped_type;
