@@ -49,8 +49,6 @@ Recorder* g_recorder = nullptr;
 CudaTraceTranslator* g_translator = nullptr;
 std::vector<Event>* const g_events = new std::vector<Event>();  // reused: no allocation per entry once warm
 std::uint64_t g_counted = 0;      // non-snapshot entries seen in Counting mode
-// The workspace blocks last tagged (the set is re-tagged only when it changes).
-std::vector<CudaWorkspaceBlock>* const g_tagged_workspaces = new std::vector<CudaWorkspaceBlock>();
 std::uint64_t g_oom_reports = 0;  // OOM observer calls
 std::uint64_t g_dropped_reentrant = 0;
 int g_devices = 0;
@@ -434,22 +432,20 @@ void record_cuda_samples(std::uint32_t live_name_id, std::uint32_t reserved_name
     }
     if (live) {
       // Workspace blocks are allocated through the allocator like tensors; torch's workspace
-      // maps say which they are. Read outside g_mutex (the maps' own lock), tagged under it;
-      // a tag is only written when the set changed since the last boundary.
-      std::vector<CudaWorkspaceBlock> ws = cuda_workspace_blocks();
+      // maps say which they are. Read outside g_mutex (the maps' own lock), tagged under it.
+      // Every boundary tags them again (a few events): a workspace torch dropped and made anew
+      // at the same address is a new block and gets its tag; a repeated tag changes nothing.
+      const std::vector<CudaWorkspaceBlock> ws = cuda_workspace_blocks();
       std::lock_guard<std::mutex> lock(g_mutex);
       if (g_recorder == nullptr) return;
-      if (ws != *g_tagged_workspaces) {
-        for (const CudaWorkspaceBlock& b : ws) {
-          Event e;
-          e.kind = EventKind::Tag;
-          e.device = Device{DeviceType::CUDA, b.device};
-          e.addr = b.addr;
-          e.category = Category::Workspace;
-          e.string_id = g_recorder->intern(b.cublaslt ? "cuBLASLt workspace" : "cuBLAS workspace");
-          g_recorder->record(e);
-        }
-        *g_tagged_workspaces = std::move(ws);
+      for (const CudaWorkspaceBlock& b : ws) {
+        Event e;
+        e.kind = EventKind::Tag;
+        e.device = Device{DeviceType::CUDA, b.device};
+        e.addr = b.addr;
+        e.category = Category::Workspace;
+        e.string_id = g_recorder->intern(b.cublaslt ? "cuBLASLt workspace" : "cuBLAS workspace");
+        g_recorder->record(e);
       }
     }
     for (int d = 0; d < g_devices; ++d) {

@@ -74,7 +74,7 @@ struct CudaWorkspaceBlock {
 };
 // The workspace blocks torch holds now (at::cuda::cublas_handle_stream_to_workspace and
 // cublaslt_handle_stream_to_workspace, read under their own lock). record_cuda_samples tags
-// them `workspace` at every phase boundary where the set changed. Empty when this build has
+// them `workspace` at every phase boundary. Empty when this build has
 // no workspace access (cuda_workspace_tags_compiled) or torch has none. Never call it from an
 // allocator callback.
 std::vector<CudaWorkspaceBlock> cuda_workspace_blocks() noexcept;
