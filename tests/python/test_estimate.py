@@ -314,6 +314,13 @@ def test_fit_cli_on_a_builtin_spec_and_on_a_spec_file(tmp_path, capsys):
     assert data["by_category"]["parameter"] == (64 * 8 + 8) * 4
     assert [r["batch_size"] for r in data["sweep"]["rows"]] == [1, 2, 4]
 
+    # Another GPU's cuBLAS workspace (torch's default off Hopper): two of them, one per thread.
+    assert cli_main(["fit", str(spec), "--capacity", "1GiB", "--format", "json",
+                     "--cublas-workspace", "8519680", "--no-remedies"]) == 0
+    assert json.loads(capsys.readouterr().out)["by_category"]["workspace"] == 2 * 8519680
+    assert cli_main(["fit", str(spec), "--cublas-workspace", "lots"]) == 1
+    assert "--cublas-workspace" in capsys.readouterr().err
+
     bad = tmp_path / "bad.py"
     bad.write_text("x = 1\n")
     assert cli_main(["fit", str(bad)]) == 1

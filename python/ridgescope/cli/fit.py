@@ -15,6 +15,17 @@ HELP = ("Predict a training step's peak memory without a GPU: a dry run under fa
         "defining make_model(), make_optimizer(model) and make_batch(batch_size=, seq_len=).")
 
 
+def _workspace(value: "str | None") -> "int | None":
+    if value is None:
+        return None
+    from .._errors import RidgescopeError
+    from .._format import parse_bytes
+    try:
+        return parse_bytes(value)
+    except ValueError as exc:
+        raise RidgescopeError(f"--cublas-workspace: {exc}") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", nargs="?", help="a built-in spec name or a Python spec file")
     parser.add_argument("--list", action="store_true", help="list the built-in specs and exit")
@@ -32,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alloc-conf", default="", metavar="CONF",
                         help="PYTORCH_CUDA_ALLOC_CONF settings for the allocator model, e.g. "
                              "expandable_segments:True")
+    parser.add_argument("--cublas-workspace", default=None, metavar="SIZE",
+                        help="bytes of each cuBLAS workspace (one per thread: forward's and "
+                             "autograd's). Default: CUBLAS_WORKSPACE_CONFIG if set, else 32MiB, "
+                             "torch's default on Hopper (H100, H200); torch's default on other "
+                             "GPUs is 8519680")
     parser.add_argument("--steps", type=int, default=2,
                         help="training steps to run (default 2: the first creates the "
                              "optimizer state)")
@@ -115,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
         est = estimate(spec.make_model, spec.make_optimizer, spec.make_batch, device=args.device,
                        capacity=args.capacity, dtype_policy=policy, steps=args.steps,
                        loss_fn=spec.loss_fn, alloc_conf=args.alloc_conf, batch_size=batch,
-                       seq_len=seq, remedies=not args.no_remedies, trace=args.trace)
+                       seq_len=seq, remedies=not args.no_remedies, trace=args.trace,
+                       workspace_bytes=_workspace(args.cublas_workspace))
     except ValueError as exc:
         raise RidgescopeError(str(exc)) from None
     sweep = None
