@@ -60,6 +60,7 @@ struct Entry {
   Action action = Action::Other;
   std::uint64_t addr = 0, size = 0, stream = 0, time_us = 0, device_free = 0;
   std::optional<std::uint64_t> block_size;  // ridgescope exports: the block's exact bytes
+  bool legacy_free = false;                 // old snapshots' "free": no free_requested before it
   std::vector<Frame> frames;
   std::optional<std::string_view> category;
   std::string_view phase, label, module;  // from a dict user_metadata
@@ -149,7 +150,9 @@ std::vector<Frame> read_frames(const PickleValue& d, const std::string& where, V
 Entry read_entry(const PickleValue& t, const std::string& where, VisitBudget& budget) {
   if (!t.is_dict()) content_error(where + " must be a dict, got " + type_of(t));
   Entry e;
-  e.action = parse_action(str_field(t, "action", where));
+  const std::string_view action = str_field(t, "action", where);
+  e.action = parse_action(action);
+  e.legacy_free = action == "free";
   if (e.action == Action::Other) return e;
   if (e.action == Action::Oom) {
     e.device_free = opt_uint(t, "device_free", where).value_or(0);
@@ -913,38 +916,38 @@ class Converter {
     return c;
   }
 
-  // A legacy "free" (no free_requested before it) frees the block where it is seen.
+  // A legacy "free" is replayed as free_requested then free_completed.
   // `index`: the entry's place in the trace (a block live at the end takes the segments' exact
   // size, which holds even where the replay began from a guessed start state).
   void translate(const Entry& e, std::size_t index, std::uint64_t t) {
     scratch_.clear();
-    const bool legacy_free = e.action == Action::FreeCompleted && live_bytes_.contains(e.addr) &&
-                             !requested_free_.contains(e.addr);
-    if (legacy_free) {
-      Entry r = e;
-      r.action = Action::FreeRequested;
-      translator_->translate(cuda_entry(r), &scratch_);
+    CudaTraceEntry entry = cuda_entry(e);
+    if (e.legacy_free) {
+      entry.action = CudaTraceAction::FreeRequested;
+      translator_->translate(entry, &scratch_);
+      entry.action = CudaTraceAction::FreeCompleted;
     }
-    if (e.action == Action::FreeRequested) requested_free_.insert(e.addr);
-    if (e.action == Action::FreeCompleted) requested_free_.erase(e.addr);
-    translator_->translate(cuda_entry(e), &scratch_);
+    translator_->translate(entry, &scratch_);
     for (Event ev : scratch_) {
-      ev.time_ns = t;
-      ev.device = device_;
       if (ev.kind == EventKind::Alloc) {
-        if (auto exact = exact_bytes_.find(index); exact != exact_bytes_.end()) ev.bytes = exact->second;
-        const std::string origin = origin_from_frames(e.frames);
-        ev.string_id = origin.empty() ? 0 : rec_.intern(origin);
-        rec_.record_timed(ev);
-        live_bytes_[ev.addr] = ev.bytes;
+        auto exact = exact_bytes_.find(index);
+        const std::uint64_t bytes = exact != exact_bytes_.end() ? exact->second : ev.bytes;
         ++blocks_modelled_;
-        if (ev.bytes != block_bytes(e.size)) ++blocks_larger_than_rounded_;
+        if (bytes != block_bytes(e.size)) ++blocks_larger_than_rounded_;
+        alloc(ev.addr, bytes, ev.requested_bytes, ev.stream, t, origin_from_frames(e.frames));
         tag_block(ev.addr, t, e.category, e.frames, e.label, e.category_inferred);
         continue;
       }
-      if (ev.kind == EventKind::Free) live_bytes_.erase(ev.addr);
-      rec_.record_timed(ev);
+      record_translated(ev, t);
     }
+  }
+
+  // A segment or free event from the translator, at time t.
+  void record_translated(Event ev, std::uint64_t t) {
+    ev.time_ns = t;
+    ev.device = device_;
+    if (ev.kind == EventKind::Free) live_bytes_.erase(ev.addr);
+    rec_.record_timed(ev);
   }
 
   // The segments and blocks that existed before the first entry, adopted by the translator
@@ -958,17 +961,12 @@ class Converter {
     std::sort(blocks.begin(), blocks.end(), [](const StartBlock* a, const StartBlock* b) { return a->addr < b->addr; });
     absl::flat_hash_set<const StartBlock*> placed;
     auto emit_adopted = [&](const StartBlock* b) {
-      for (Event ev : scratch_) {
-        ev.time_ns = 0;
-        ev.device = device_;
+      for (const Event& ev : scratch_) {
         if (ev.kind == EventKind::Alloc && b != nullptr) {
-          const std::string origin = origin_from_frames(b->frames);
-          ev.string_id = origin.empty() ? 0 : rec_.intern(origin);
-          rec_.record_timed(ev);
-          live_bytes_[ev.addr] = ev.bytes;
+          alloc(ev.addr, ev.bytes, ev.requested_bytes, ev.stream, 0, origin_from_frames(b->frames));
           tag_block(ev.addr, 0, b->category, b->frames, b->label, b->category_inferred);
         } else {
-          rec_.record_timed(ev);
+          record_translated(ev, 0);
         }
       }
     };
@@ -1095,7 +1093,6 @@ class Converter {
   std::vector<Event> scratch_;
   absl::flat_hash_set<std::uint64_t> expandable_starts_;  // start segments that are mapped ranges
   std::map<std::uint64_t, std::uint64_t> end_mapped_;      // expandable ranges mapped at the end
-  absl::flat_hash_set<std::uint64_t> requested_free_;     // free_requested, not yet completed
   std::uint64_t blocks_modelled_ = 0, blocks_larger_than_rounded_ = 0;
 };
 

@@ -500,3 +500,29 @@ SCENARIO("a snapshot PyTorch wrote is replayed with the allocator's exact block 
     }
   }
 }
+
+SCENARIO("an old snapshot's single 'free' action ends a block like free_requested then free_completed",
+         "[core][snapshot][cuda]") {
+  GIVEN("a 2 MiB segment, a 1000 B allocation freed with the legacy action, then a 3000 B allocation") {
+    TempPath pickle(".pickle");
+    {
+      detail::PickleWriter w;
+      w.begin_dict().key("device_traces").begin_list().begin_list();
+      torch_entry(w, "segment_alloc", 0x100000, 2 << 20, 1000, {});
+      torch_entry(w, "alloc", 0x100000, 1000, 1001, {});
+      torch_entry(w, "free", 0x100000, 1000, 1002, {});
+      torch_entry(w, "alloc", 0x100000, 3000, 1003, {});
+      w.end_list().end_list().end_dict();
+      w.finish();
+      std::ofstream(pickle.str(), std::ios::binary) << w.take();
+    }
+    const Report r = analyze_snapshot(pickle.str());
+    THEN("the replay matches the segment exactly: peak 3072 B, nothing unmatched") {
+      REQUIRE(r.snapshot.has_value());
+      CHECK(r.snapshot->unmatched_entries == 0);
+      CHECK(r.peak.bytes == 3072);
+      CHECK(r.final_live_bytes == 3072);
+      CHECK(max_reserved(r) == (2u << 20));
+    }
+  }
+}
