@@ -58,14 +58,6 @@ _MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "_addmm_activation", "addbmm", "
 DTYPE_POLICIES = (None, "fp32", "bf16", "fp16", "bf16-autocast", "fp16-autocast")
 
 
-def _torch_version() -> tuple[int, int]:
-    try:
-        major, minor = torch.__version__.split("+")[0].split(".")[:2]
-        return int(major), int(minor)
-    except ValueError:
-        return (99, 0)
-
-
 def cublas_workspace_bytes(environ: "dict[str, str] | None" = None) -> int:
     """torch's parseChosenWorkspaceSize: CUBLAS_WORKSPACE_CONFIG ":SIZE_KiB:COUNT[...]" summed,
     else the Hopper default (DEFAULT_CUDA_WORKSPACE)."""
@@ -83,7 +75,8 @@ def cublaslt_workspace_bytes(cublas_bytes: int, environ: "dict[str, str] | None"
                              version: "tuple[int, int] | None" = None) -> int:
     """The separate cuBLASLt workspace per handle and stream (0 where it shares cuBLAS's)."""
     env = os.environ if environ is None else environ
-    if (version or _torch_version()) >= (2, 12):
+    # torch.__version__ (a TorchVersion) compares with tuples
+    if (version if version is not None else torch.__version__) >= (2, 12):
         return 0
     if env.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "").lower() in ("1", "true", "on", "yes", "y"):
         return 0
