@@ -40,13 +40,17 @@ def test_the_dry_run_reproduces_every_tensor_the_real_step_returns(model, policy
     bytes are exact, the activation peak is exact (under bf16 autocast batch norm saves float32
     statistics, as the real kernel does), and the peak equals the real peak without the
     kernels' internal scratch, to the byte. The raw real peak is higher by at most that
-    scratch (so within 8 % here: 7.23 % measured for the CNN in bf16)."""
+    scratch. How much scratch oneDNN takes depends on the host CPU's instruction set (7.23 %
+    of the peak for the CNN in bf16 on the Intel CPU of docs/accuracy.md §3, 17.9 % on an AMD
+    EPYC), so it is printed as a measured figure, never bounded."""
     r = fit_accuracy_cpu.compare("zoo", model, policy, separate_truth=False)
     assert r["parameter_exact"] and r["gradient_exact"] and r["optimizer_state_exact"]
     assert r["dry_activation_peak"] == r["real_activation_peak"] > 0
     assert r["dry_peak"] == r["real_peak_without_kernel_scratch"]
     assert r["dry_peak"] <= r["real_peak"] <= r["dry_peak"] + r["kernel_scratch_at_real_peak"]
-    assert r["peak_error"] > -0.08
+    print(f"{model} {policy}: dry-run peak error {r['peak_error']:+.2%} against the real peak, "
+          f"kernel scratch at the real peak {r['kernel_scratch_at_real_peak']:,} B "
+          f"({r['kernel_scratch_blocks_at_real_peak']} blocks) on this CPU")
     assert r["dry_peak_at"][0] == r["real_peak_at"][0] == 1  # the second step's backward
     assert r["dry_peak_at"][1] == r["real_peak_at"][1] == "backward"
 
