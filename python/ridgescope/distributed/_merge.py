@@ -86,6 +86,15 @@ def rank_summary(path: Path, report: dict[str, Any], position: int) -> dict[str,
     trace = report["trace"]
     by_category = peak["by_category"]
     unknown = by_category.get("unknown", 0)
+    status, problem = "ok", trace["problem"]
+    if trace["truncated"]:
+        status = "truncated"
+    elif report.get("run", {}).get("ridgescope_version") and "recorder" not in report:
+        # rs.track writes `run` metadata when tracking starts and `session` metadata when it
+        # stops: a trace with the first and not the second ended with its process (killed)
+        status = "truncated"
+        problem = ("the trace has no end-of-session record: its process stopped while "
+                   "tracking (killed?)")
     return {
         "rank": int(rank),
         "rank_from": "metadata" if d.get("rank") is not None else "file name or position",
@@ -95,8 +104,8 @@ def rank_summary(path: Path, report: dict[str, Any], position: int) -> dict[str,
         "backend": d.get("backend"),
         "strategies": [s.get("strategy") for s in d.get("strategies", [])],
         "path": str(path),
-        "status": "truncated" if trace["truncated"] else "ok",
-        "problem": trace["problem"],
+        "status": status,
+        "problem": problem,
         "device": report.get("device"),
         "peak_bytes": peak["bytes"],
         "reserved_bytes": peak["reserved_bytes"],
