@@ -164,7 +164,8 @@ def zero(rank: int, world: int, out: Path) -> dict[str, Any]:
 
     def build() -> tuple[nn.Module, torch.optim.Optimizer]:
         net = DDP(make_net())
-        return net, ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.AdamW)
+        return net, ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.AdamW,
+                                            parameters_as_bucket_view=True)
 
     net, opt = build()
     plain = train(net, opt, rank)

@@ -192,9 +192,11 @@ def test_fsdp2_unsharded_parameters_are_the_all_gather(job: tuple[int, dict[int,
 
 def test_fsdp1_flat_parameters_and_zero_shards(job: tuple[int, dict[int, Any]]) -> None:
     """Scenario: FSDP1 (FullyShardedDataParallel, flat parameters) and ZeroRedundancyOptimizer
-    over DDP. Given each rank's trace, then with FSDP1 parameter and optimizer_state equal the
-    rank's flat-parameter shards and its optimizer's state exactly; with ZeRO, parameter is the
-    whole (replicated) model and optimizer_state is this rank's partition's state exactly."""
+    (parameters_as_bucket_view=True) over DDP. Given each rank's trace, then with FSDP1
+    parameter and optimizer_state equal the rank's flat-parameter shards and its optimizer's
+    state exactly; with ZeRO, parameter is the whole (replicated) model, labelled by the
+    per-rank buckets it is a view of, optimizer_state is this rank's partition's state exactly,
+    and the wrapper's step and its local optimizer's count as one step."""
     world, results = job
     for rank in range(world):
         res = results[rank]["fsdp1"]
@@ -207,6 +209,9 @@ def test_fsdp1_flat_parameters_and_zero_shards(job: tuple[int, dict[int, Any]]) 
 
         res = results[rank]["zero"]
         report = _report(res)
+        assert len(report["steps"]) == distributed_jobs.STEPS  # one step, not one per optimizer
+        labels = {b["label"] for b in report["peak"]["by_label"] if b["category"] == "parameter"}
+        assert labels == {f"parameters of rank {r}'s partition (ZeRO bucket)" for r in range(world)}
         for s in report["steps"]:
             assert s["end_by_category"]["parameter"] == res["parameter_bytes"], rank
             assert s["end_by_category"]["optimizer_state"] == res["local_optimizer_state_bytes"]

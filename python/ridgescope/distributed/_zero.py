@@ -43,6 +43,11 @@ class ZeroTracker:
         buckets = getattr(self._zero, "_buckets", None) if getattr(
             self._zero, "parameters_as_bucket_view", False) else None
         if buckets:
+            views = {b.untyped_storage().data_ptr() for device_buckets in buckets
+                     for b in device_buckets if isinstance(b, torch.Tensor) and b.numel() > 0}
+            for p in total:  # views of a bucket: the bucket's label, not one parameter's
+                if p.untyped_storage().data_ptr() in views:
+                    self._tracking.owned.add(id(p))
             for device_buckets in buckets:
                 for rank, bucket in enumerate(device_buckets):
                     if isinstance(bucket, torch.Tensor) and bucket.numel() > 0:
