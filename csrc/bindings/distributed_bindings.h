@@ -15,7 +15,13 @@ inline void bind_distributed(pybind11::module_& m) {
   m.def("ddp_buckets", [](py::handle reducer) {
     // The reducer is a pybind11 object of torch's own module, held by shared_ptr; casting it
     // needs torch's and our module's pybind11 to share type information (same pybind11 build
-    // ABI). When they do not, the cast fails and this raises TypeError, which the caller reports.
+    // ABI). When they do not, or it is something else, this raises TypeError (the caller
+    // reports it in the bucket section).
+    if (!py::isinstance<c10d::Reducer>(reducer)) {
+      throw py::type_error("ddp_buckets: expected DDP's reducer (torch._C._distributed_c10d.Reducer), got " +
+                           py::str(py::type::of(reducer)).cast<std::string>() +
+                           " (or torch's pybind11 types are not visible to ridgescope's module)");
+    }
     auto* r = reducer.cast<c10d::Reducer*>();
     std::string error;
     auto buckets = ridgescope::sources::ddp_buckets(*r, &error);

@@ -6,6 +6,8 @@ text table; the HTML page embeds hostile strings safely."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -109,3 +111,44 @@ def test_html_page_embeds_hostile_strings_as_data(tmp_path: Path) -> None:
     page = render_ranks_html(s)
     assert "<script>alert(1)" not in page and "\\u003c/script\\u003e" in page
     assert page.count("<script") == 2  # the data element and the page's own script
+
+
+CHROMIUM = os.environ.get("RIDGESCOPE_CHROMIUM", "/usr/bin/chromium")
+
+
+def test_html_page_shows_ranks_side_by_side_offline(tmp_path: Path) -> None:
+    """Given the merged page of 8 ranks (rank 5 the straggler) opened from file:// in Chromium,
+    then nothing but the file is requested and nothing goes wrong, the table has a row per rank,
+    the two panels show the highest and the lowest rank, and clicking rank 3's row puts it
+    beside the previous one."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("needs Python's playwright (scripts/setup.sh installs it)")
+    if shutil.which(CHROMIUM) is None:
+        pytest.skip(f"needs Chromium at {CHROMIUM}")
+    write_job(tmp_path / "job", 8, straggler=5)
+    html = tmp_path / "job.html"
+    assert cli_main(["report", str(tmp_path / "job"), "--format", "html", "-o", str(html)]) == 0
+    lowest = merge_traces([tmp_path / "job"])["ranks"]["highest"]["lowest_rank"]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            requests: list[str] = []
+            errors: list[str] = []
+            page.on("request", lambda r: requests.append(r.url))
+            page.on("console", lambda m: errors.append(m.text) if m.type in ("error", "warning") else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(html.resolve().as_uri())
+            page.wait_for_selector("body[data-ready='1']", timeout=15000)
+            assert requests == [html.resolve().as_uri()] and errors == []
+            assert page.locator("#rs-ranks-table tr[data-rank]").count() == 8
+            panels = page.eval_on_selector_all(".rs-rank-panel", "els => els.map(e => e.dataset.rank)")
+            assert panels == ["5", str(lowest)]
+            page.click("#rs-ranks-table tr[data-rank='3']")
+            panels = page.eval_on_selector_all(".rs-rank-panel", "els => els.map(e => e.dataset.rank)")
+            assert panels == ["3", "5"]
+            assert page.locator(".rs-rank-panel polyline").count() == 2
+        finally:
+            browser.close()

@@ -225,4 +225,5 @@
   renderDivergent();
   renderTable();
   renderCompare();
+  document.body.setAttribute('data-ready', '1');
 })();

@@ -9,7 +9,8 @@ shard in ``_sharded_param_data`` (the module's parameter is a DTensor over it), 
 (freed by ``reshard``). ``unshard()`` starts the all-gather into one flat
 ``_all_gather_result.all_gather_output``; ``wait_for_unshard()`` copies it out into the
 per-parameter outputs; ``post_backward()`` reduce-scatters the unsharded gradients from a flat
-input (kept in ``comm_ctx.reduce_scatter_states``) into the sharded gradients (DTensors over one
+input (kept in ``comm_ctx.reduce_scatter_states`` in 2.14, ``reduce_scatter_state`` in earlier
+releases) into the sharded gradients (DTensors over one
 flat output per group).
 
 What is tagged: local shards as ``parameter`` ("layers.0.weight (shard 2048 of 4096 elements)");
@@ -170,9 +171,11 @@ class Fsdp2Tracker:
 
     def _after_post_backward(self, group: Any) -> None:
         name = self._group_name(group)
-        states = getattr(getattr(group, "comm_ctx", None), "reduce_scatter_states", None)
-        if states:
-            self._tag(getattr(states[-1], "reduce_scatter_input", None), "comm_buffer",
+        ctx = getattr(group, "comm_ctx", None)
+        states = getattr(ctx, "reduce_scatter_states", None)  # torch 2.14: a list
+        state = states[-1] if states else getattr(ctx, "reduce_scatter_state", None)  # 2.11: one
+        if state is not None:
+            self._tag(getattr(state, "reduce_scatter_input", None), "comm_buffer",
                       f"reduce-scatter of {name}")
         seen: set[int] = set()
         for fp in getattr(group, "fsdp_params", []):
