@@ -320,12 +320,12 @@ class Instrumentation:
         calls = self._depth()
         opened = None
         if not calls:  # outermost module call on this thread
-            self.distributed.on_outer_module(module)
             if self.in_phase("backward"):
                 opened = "recompute"
             else:
                 if self._root is None:
                     self._adopt_root(module)
+                self.distributed.on_outer_module(module)  # a DDP/FSDP wrapper around the model
                 if module is self._root:
                     opened = "forward" if torch.is_grad_enabled() else "eval"
             if opened is not None and not self.begin_phase(opened, explicit=False):

@@ -300,3 +300,46 @@ def test_killed_rank_is_reported_truncated(world2: tuple[Path, dict[int, Any]],
     captured = capsys.readouterr()
     assert "rank 1's trace is truncated" in captured.out
     assert "rank 1's trace is truncated" in captured.err
+
+
+TRAIN_DDP = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8)))
+opt = torch.optim.AdamW(model.parameters())
+g = torch.Generator().manual_seed(dist.get_rank())
+for step in range(3):
+    opt.zero_grad(set_to_none=True)
+    batch = 256 if dist.get_rank() == 1 else 16
+    model(torch.randn(batch, 64, generator=g)).sum().backward()
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+def test_torchrun_ridgescope_run_then_one_report(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Scenario: the user's way in, `torchrun --nproc-per-node 2 -m ridgescope.cli run
+    train.py` on an unmodified DDP script (rank 1 on a larger batch). Then each rank wrote its
+    own trace, found the DDP wrapper by itself and counted its bucket as comm_buffer with under
+    1 % unknown, and `ridgescope report train.rank*.rstrace` names rank 1 as the highest."""
+    import subprocess
+    import sys
+    (tmp_path / "train.py").write_text(TRAIN_DDP)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "ridgescope.cli", "run", "train.py"]
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    traces = sorted(str(p) for p in tmp_path.glob("train.rank*.rstrace"))
+    assert [Path(t).name for t in traces] == ["train.rank0.rstrace", "train.rank1.rstrace"]
+    for rank, t in enumerate(traces):
+        report = rs.load(t).to_dict()
+        ddp = report["distributed"]["strategies"][0]
+        assert report["distributed"]["rank"] == rank and ddp["strategy"] == "ddp"
+        end = _phase(report, 2, "backward")["end_by_category"]
+        assert end["comm_buffer"] == ddp["bucket_bytes"] == end["gradient"] > 0
+        assert _unknown_share(report) < 0.01
+    assert cli_main(["report", *traces]) == 0
+    assert "Highest peak: rank 1" in capsys.readouterr().out
