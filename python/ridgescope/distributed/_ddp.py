@@ -9,8 +9,8 @@ bucket section says so.
 
 The buckets are read from the reducer itself (``_C.ddp_buckets``, i.e.
 ``c10d::Reducer::get_grad_buckets(false)``; the same C++ API in torch 2.11 through 2.14): when
-the model is found, after each forward of the DDP module (the reducer rebuilds its buckets in
-the forward of the second iteration) and after backward."""
+the model is found, and after the forward and the backward of the first steps (the reducer
+rebuilds its buckets once, in the forward of the second iteration)."""
 from __future__ import annotations
 
 from typing import Any
@@ -45,6 +45,11 @@ class DdpTracker:
         # (index, storage pointer, bytes, parameters) -> (label id, parameter names)
         self._labels: dict[tuple[int, int, int, int], tuple[int, list[str]]] = {}
         self._buckets: list[dict[str, Any]] = []
+        # Scans after forward and backward: the reducer builds its buckets in its constructor
+        # and rebuilds them once, in the forward of the second iteration; the first few steps'
+        # scans see both (a later rebuild, after _update_process_group, is seen at the next
+        # explicit scan). Bounded so a long run pays nothing per step.
+        self._scans_left = 8
         self.error: str | None = None
 
     @property
@@ -95,13 +100,19 @@ class DdpTracker:
             self._buckets = described
             self._tracking.publish()
 
+    def _budgeted_scan(self) -> None:
+        if self._scans_left > 0:
+            self._scans_left -= 1
+            self.scan()
+
     def after_forward(self, module: Any) -> None:
-        self.scan()  # the reducer rebuilds its buckets in the forward of the second iteration
+        self._budgeted_scan()  # the reducer rebuilds its buckets in the second forward
 
     def after_backward(self) -> None:
-        # View mode: the gradient scan just labelled each bucket by one of its gradients; the
-        # scan labels it by the bucket again (same category: nothing is counted twice).
-        self.scan()
+        # View mode: the gradient scan just labelled each bucket by one of its gradients (the
+        # first time it saw them); the scan labels it by the bucket again (same category:
+        # nothing is counted twice).
+        self._budgeted_scan()
 
     def describe(self) -> dict[str, Any]:
         d: dict[str, Any] = {

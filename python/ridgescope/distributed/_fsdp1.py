@@ -51,6 +51,7 @@ class Fsdp1Tracker:
         self._described: list[dict[str, Any]] = []
         self._tagged: dict[int, int] = {}
         self.active = False
+        self._steps = 0
         names = {id(m): n for n, m in model.named_modules()}
         for m in model.modules():
             handle = getattr(m, "_handle", None) if is_fsdp1(m) else None
@@ -124,7 +125,9 @@ class Fsdp1Tracker:
             instr._native.tag(full, "comm_buffer", instr.label(f"all-gather of {name}"), False)
 
     def after_step(self, optimizer: Any) -> None:
-        self.scan()
+        if self._steps < 2:  # the shards are made at wrapping and stay; two looks suffice
+            self._steps += 1
+            self.scan()
 
     def describe(self) -> dict[str, Any]:
         return {"strategy": "fsdp1", "flat_parameters": self._described[:256],

@@ -67,6 +67,7 @@ class Fsdp2Tracker:
         self._params: list[dict[str, Any]] = []
         self._tagged_shards: dict[int, int] = {}   # id(FSDPParam) -> storage pointer
         self.active = False
+        self._forwards = 0
         names = {id(m): n for n, m in model.named_modules()}
         for m in model.modules():
             if is_fsdp2(m):
@@ -155,7 +156,9 @@ class Fsdp2Tracker:
             self._tracking.publish()
 
     def after_forward(self, module: Any) -> None:
-        self.scan()  # lazy_init may have re-made the shards before the first forward
+        if self._forwards < 2:  # lazy_init may re-make the shards in the first forward
+            self._forwards += 1
+            self.scan()
 
     # -------------------------------------------------------------------- collectives
     def _after_unshard(self, group: Any) -> None:
