@@ -67,10 +67,19 @@ dry=0
 for a in "$@"; do [[ $a == --dry-run ]] && dry=1; done
 
 # 1. Exactness, agreement with torch's own history, overhead, a small snapshot, seeded OOMs.
-timeout "$(budget 200)" $PY benchmarks/gpu_check.py --out "$files" "$@"
+timeout "$(budget 240)" $PY benchmarks/gpu_check.py --out "$files" "$@"
 rc=$?
 ((rc == 124)) && echo "FAIL gpu_check.py: ran out of its time budget"
 cp "$files/gpu_check_summary.json" "$OUT/" 2>/dev/null
+
+# 1b. Distributed (docs/distributed.md): DDP buckets and NCCL's own memory, a world of one rank
+#     with NCCL (about 40 s; in a dry run, gloo on the CPU).
+dist_args=()
+((dry)) && dist_args=(--dry-run)
+timeout "$(budget 200)" $PY benchmarks/gpu_check_distributed.py --out "$files" "${dist_args[@]}"
+d=$?
+((d == 124)) && echo "FAIL gpu_check_distributed.py: ran out of its time budget"
+((d != 0)) && rc=1
 
 if ((dry == 0)) && [[ ${GPU_CHECK_EXTRAS:-1} == 1 ]]; then
   # 2. The allocator model (issue: will it fit) against torch's snapshots under four settings.

@@ -12,6 +12,7 @@ from typing import Any
 from . import _C
 from ._errors import TraceFormatError
 from ._snapshot import file_kind
+from .distributed._section import add_distributed_section
 
 
 
@@ -33,7 +34,7 @@ class Report:
             text = _C.analyze(str(path), top_blocks, probe_time_ns, timeline_columns)
         except _C.TraceError as exc:
             raise TraceFormatError(str(exc)) from None
-        return cls(json.loads(text))
+        return cls(add_distributed_section(json.loads(text)))
 
     @classmethod
     def from_snapshot(cls, path: str | os.PathLike[str], top_blocks: int = 20,

@@ -11,8 +11,11 @@ HELP = "Print or write the memory report of a trace (text, JSON or a self-contai
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", type=Path,
-                        help="a ridgescope trace (.rstrace) or a torch memory snapshot pickle")
+    parser.add_argument("file", type=Path, nargs="+",
+                        help="a ridgescope trace (.rstrace) or a torch memory snapshot pickle; "
+                             "several traces, or a directory of them (the ranks of one job: "
+                             "run.rank*.rstrace), give one merged report of every rank "
+                             "(docs/distributed.md)")
     parser.add_argument("--format", choices=("text", "json", "html", "snapshot"), default="text",
                         help="text: a short plain-language report (default); json: the full "
                              "report in the schema of docs/report_schema.md; html: one "
@@ -31,6 +34,10 @@ def run(args: argparse.Namespace) -> int:
     from .._progress import Progress
     from .._report import Report, load
 
+    if len(args.file) > 1 or args.file[0].is_dir():  # the ranks of a job: one merged report
+        from ..distributed._cli import report_ranks
+        return report_ranks(args)
+    args.file = args.file[0]
     if args.format == "snapshot":
         return _write_snapshot(args)
     options = {"timeline_columns": HTML_TIMELINE_COLUMNS} if args.format == "html" else {}
