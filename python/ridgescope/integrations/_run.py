@@ -3,8 +3,8 @@
 A callback calls ``start`` when training begins, ``open_phase``/``close_phase`` at the
 framework's events, and ``finish`` when training ends; ``finish`` stops the session, analyses
 the trace, writes the HTML report beside it (and TensorBoard scalars when asked) and returns
-the figures for the framework's logs. Everything here runs under ``guarded``: an internal error
-is reported once as a warning, tracking stops, and training goes on (design.md §7)."""
+the figures for the framework's logs. Every event runs through ``TrackedRun.call``: an internal
+error is reported once as a warning, tracking stops, and training goes on (design.md §7)."""
 from __future__ import annotations
 
 import contextlib
@@ -23,6 +23,15 @@ from .._report import Report
 from .._session import Session, active_session, per_rank_path, phase, track
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def guarded_event(method: F) -> F:
+    """A callback method run through its ``self._run.call`` (a plain function of the class, so
+    the callback stays picklable for frameworks that send it to spawned ranks)."""
+    @functools.wraps(method)
+    def event(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._run.call(method, self, *args, **kwargs)
+    return event  # type: ignore[return-value]
 
 TRACE_NAME = "ridgescope.rstrace"  # in the run's output directory; the HTML report goes beside it
 LOG_PREFIX = "ridgescope"
@@ -84,18 +93,16 @@ class TrackedRun:
         self._finished = False
 
     # ------------------------------------------------------------------------------ guard
-    def guarded(self, fn: F) -> F:
-        """``fn`` with internal errors reported once and tracking stopped; returns None then."""
-        @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if self.error is not None:
-                return None
-            try:
-                return fn(*args, **kwargs)
-            except Exception as exc:  # an internal error must never reach the training loop
-                self._fail(f"{type(exc).__name__}: {exc}")
-                return None
-        return call  # type: ignore[return-value]
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, with an internal error reported once and tracking stopped
+        (then, and once tracking has stopped that way, it returns None)."""
+        if self.error is not None:
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # an internal error must never reach the training loop
+            self._fail(f"{type(exc).__name__}: {exc}")
+            return None
 
     def _fail(self, reason: str) -> None:
         self.error = reason
@@ -127,7 +134,7 @@ class TrackedRun:
         if stale is not None and stale is not self and stale.tracking:
             # A training that raised never reached its end event: trainings do not nest, so
             # the one beginning now closes what that one left open (its trace is kept).
-            stale.guarded(stale.finish)()
+            stale.call(stale.finish)
         running = active_session()
         if running is not None:
             self.error = f"a session is already tracking (writing {running.path})"

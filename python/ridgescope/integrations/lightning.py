@@ -30,7 +30,7 @@ import importlib.util
 import os
 from typing import Any
 
-from ._run import TrackedRun
+from ._run import TrackedRun, guarded_event
 
 
 def _callback_bases() -> tuple[type, ...]:
@@ -57,12 +57,6 @@ class _Adapter:
         self._run = TrackedRun(dirpath=dirpath, activations=activations, capacity=capacity,
                                tensorboard=tensorboard, html=html, step_offset=0,
                                framework="lightning")
-        g = self._run.guarded
-        self._begin = g(self._begin)
-        self._batch_start = g(self._batch_start)
-        self._open = g(self._run.open_phase)
-        self._close = g(self._run.close_phase)
-        self._finish = g(self._finish)
 
     # ----------------------------------------------------------------------- what it holds
     @property
@@ -80,10 +74,19 @@ class _Adapter:
         """Why tracking stopped or never started, or None."""
         return self._run.error
 
+    @guarded_event
+    def _open(self, name: str) -> None:
+        self._run.open_phase(name)
+
+    @guarded_event
+    def _close(self, name: str) -> None:
+        self._run.close_phase(name)
+
     # ----------------------------------------------------------------------- events
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self._begin(trainer, pl_module)
 
+    @guarded_event
     def _begin(self, trainer: Any, pl_module: Any) -> None:
         optimizers = list(getattr(trainer, "optimizers", None) or [])
         log_dir = trainer.log_dir or trainer.default_root_dir
@@ -101,6 +104,7 @@ class _Adapter:
                              batch_idx: int, *args: Any) -> None:
         self._batch_start(batch)
 
+    @guarded_event
     def _batch_start(self, batch: Any) -> None:
         self._run.tag_batch(batch)
         self._run.open_phase("forward")
@@ -123,6 +127,7 @@ class _Adapter:
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._finish(None)  # the trace and report of what ran, kept for `ridgescope explain`
 
+    @guarded_event
     def _finish(self, trainer: Any) -> None:
         figures = self._run.finish()
         if figures is None or trainer is None:

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from ._run import TrackedRun
+from ._run import TrackedRun, guarded_event
 
 # The Trainer counts global_step from 1 after the first optimizer step; the report's step 0 is
 # the first training iteration, which the Trainer logs at global_step 1.
@@ -100,11 +100,6 @@ class RidgescopeCallback(TrainerCallback):
                                framework="transformers")
         self._trainer: Any = None
         self._pending: list[str] = []  # phases the Trainer's flags announce after this step
-        g = self._run.guarded
-        self._begin = g(self._begin)
-        self._after_step = g(self._after_step)
-        self._closing = g(self._closing)
-        self._finish = g(self._finish)
 
     # ----------------------------------------------------------------------- what it holds
     @property
@@ -127,6 +122,7 @@ class RidgescopeCallback(TrainerCallback):
                        optimizer: Any = None, **kwargs: Any) -> None:
         self._begin(args, model, optimizer)
 
+    @guarded_event
     def _begin(self, args: Any, model: Any, optimizer: Any) -> None:
         trainer = _dispatching_trainer()
         self._trainer = weakref.ref(trainer) if trainer is not None else None
@@ -144,6 +140,7 @@ class RidgescopeCallback(TrainerCallback):
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._after_step(control)
 
+    @guarded_event
     def _after_step(self, control: Any) -> None:
         """The Trainer's flow callback has decided what follows this step (it runs first): an
         evaluation, then a save. Each becomes one explicit phase, closed by its own event."""
@@ -158,6 +155,7 @@ class RidgescopeCallback(TrainerCallback):
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._closing("checkpoint")
 
+    @guarded_event
     def _closing(self, *names: str) -> None:
         for name in names:
             self._run.close_phase(name)
@@ -174,6 +172,7 @@ class RidgescopeCallback(TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._finish(state, None)
 
+    @guarded_event
     def _finish(self, state: Any, logs: dict[str, Any] | None) -> None:
         figures = self._run.finish()
         if figures is None:
