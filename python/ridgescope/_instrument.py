@@ -429,8 +429,9 @@ class Instrumentation:
         kwargs = {} if kwargs is None else kwargs
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
         if callable(closure):
-            # step(closure) (LBFGS, Lightning) runs the closure's forward and backward inside the
-            # step: the optimizer_step phase is the update alone, opened after each closure call.
+            # step(closure) (Lightning, LBFGS) runs the closure's forward and backward inside the
+            # step: the optimizer_step phase opens when the first closure call returns (calls
+            # after it, LBFGS's line search, are inside the update).
             wrapped = self._around_closure(closure)
             if "closure" in kwargs:
                 return args, {**kwargs, "closure": wrapped}
@@ -438,12 +439,14 @@ class Instrumentation:
         self.begin_phase("optimizer_step", explicit=False)
         return None
 
-    def _around_closure(self, closure: Callable[[], Any]) -> Callable[[], Any]:
-        begin, end = self._guard(self.begin_phase), self._guard(self.end_phase)
+    def _around_closure(self, closure: Callable[..., Any]) -> Callable[..., Any]:
+        begin = self._guard(self.begin_phase)
+        calls = [0]
 
         def run_closure(*args: Any, **kwargs: Any) -> Any:
-            if ("optimizer_step", False) in self._phase_stack:  # called again (LBFGS)
-                end("optimizer_step")
+            calls[0] += 1
+            if calls[0] > 1:
+                return closure(*args, **kwargs)
             try:
                 return closure(*args, **kwargs)
             finally:
