@@ -1,4 +1,4 @@
-"""Specification of the pytest plugin (ridgescope.pytest_plugin), run the way a user runs it:
+"""Specification of the pytest plugin (python/pytest_ridgescope.py), run the way a user runs it:
 pytest on a sample test file (through ``pytester``), the plugin found through its ``pytest11``
 entry point, not named anywhere.
 

@@ -23,9 +23,10 @@ when both are used), tracking while the test's body runs, for finer assertions::
         assert report.peak["by_category"]["unknown"] == 0
 
 The trace is written to the test's ``tmp_path`` (``ridgescope.rstrace``). Every process
-tracks its own tests, so the plugin works under pytest-xdist unchanged. Importing this plugin
-imports neither torch nor ridgescope: a test run that uses neither pays nothing for it
-(``-p no:ridgescope`` turns it off)."""
+tracks its own tests, so the plugin works under pytest-xdist unchanged. pytest loads the plugin
+in every run of an environment where ridgescope is installed, so it is a module of its own,
+outside the ``ridgescope`` package: importing it imports neither ridgescope nor torch, and a
+test run that uses neither pays nothing for it (``-p no:ridgescope`` turns it off)."""
 from __future__ import annotations
 
 from typing import Any
