@@ -74,6 +74,12 @@ class _Adapter:
         """Why tracking stopped or never started, or None."""
         return self._run.error
 
+    def finish(self) -> Any:
+        """Stops tracking now and returns the report (None if nothing was tracked), for a fit
+        that left Lightning's events behind; a fit that ends, or raises, needs no call."""
+        self._run.call(self._run.finish)
+        return self._run.report
+
     @guarded_event
     def _open(self, name: str) -> None:
         self._run.open_phase(name)

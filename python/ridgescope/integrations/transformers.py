@@ -117,6 +117,13 @@ class RidgescopeCallback(TrainerCallback):
         """Why tracking stopped or never started, or None."""
         return self._run.error
 
+    def finish(self) -> Any:
+        """Stops tracking now and returns the report (None if nothing was tracked): after a
+        training that raised (the Trainer has no event for it; the next training's start also
+        closes it). A training that ends normally needs no call."""
+        self._run.call(self._run.finish)
+        return self._run.report
+
     # ----------------------------------------------------------------------- events
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
                        optimizer: Any = None, **kwargs: Any) -> None:

@@ -182,3 +182,18 @@ def test_the_callback_pickles_for_spawned_ranks():
     callback = pickle.loads(pickle.dumps(RidgescopeCallback(tensorboard=True, capacity="1GiB")))
     assert callback._run.tensorboard is True and callback._run.capacity == "1GiB"
     assert callback.report is None and callback.error is None
+
+
+def test_a_fit_that_runs_out_of_memory_keeps_its_report(tmp_path):
+    """Given a simulated capacity below the run's peak, when fit raises the out-of-memory
+    error, then Lightning's on_exception ended tracking and the report explains the failure."""
+    import ridgescope as rs
+
+    pl = framework("lightning")
+    callback = RidgescopeCallback(capacity="70KiB")  # past the dataset and a forward: the optimizer step fails
+    with pytest.raises(torch.OutOfMemoryError):
+        fit(pl, tmp_path, [callback])
+    assert rs.active_session() is None
+    ooms = callback.report.to_dict()["ooms"]
+    assert len(ooms) == 1 and ooms[0]["live_bytes"] + ooms[0]["request_bytes"] > 70 * 1024
+    assert ooms[0]["phase"] == "optimizer_step"

@@ -204,3 +204,19 @@ def test_a_second_session_is_not_started_under_an_enclosing_one(tmp_path, capsys
     assert callback.report is None and "already tracking" in callback.error
     assert "stands aside" in capsys.readouterr().err
     assert outer.report().to_dict()["optimizer"]["steps"] == 1
+
+
+def test_a_training_that_runs_out_of_memory_keeps_its_report(tmp_path):
+    """Given a simulated capacity below the run's peak, when the Trainer raises the
+    out-of-memory error (it has no event for that), then ``callback.finish()`` ends tracking
+    and returns the report, which explains the failure."""
+    import ridgescope as rs
+
+    callback = RidgescopeCallback(capacity="2MiB")
+    with pytest.raises(torch.OutOfMemoryError):
+        train(tmp_path, [callback])
+    report = callback.finish()
+    assert rs.active_session() is None
+    ooms = report.to_dict()["ooms"]
+    assert len(ooms) == 1 and ooms[0]["live_bytes"] + ooms[0]["request_bytes"] > 2 * 1024 ** 2
+    assert callback.finish() is report  # once
