@@ -16,6 +16,7 @@ when its first epoch starts; what lies beyond the bound stays ``unknown``. Each 
 scanned once per session."""
 from __future__ import annotations
 
+import weakref
 from typing import Any, Iterator
 
 import torch
@@ -90,13 +91,21 @@ class DatasetRegistrar:
 
     def __init__(self, instr: Any) -> None:
         self._instr = instr
-        self._done: set[int] = set()
+        # id(dataset) -> a weak reference to it (None where it takes none: a list), so that a
+        # dataset made later at a recycled address is scanned, and none is kept alive here
+        self._done: dict[int, Any] = {}
 
     def register(self, dataset: Any) -> int:
         """Registers what ``dataset`` holds (once per session); returns the tensors tagged."""
-        if dataset is None or id(dataset) in self._done:
+        if dataset is None:
             return 0
-        self._done.add(id(dataset))
+        seen = self._done.get(id(dataset), False)
+        if seen is None or (seen is not False and seen() is dataset):
+            return 0
+        try:
+            self._done[id(dataset)] = weakref.ref(dataset)
+        except TypeError:
+            self._done[id(dataset)] = None
         native, label = self._instr._native, self._instr.label
         count = 0
         for name, t in dataset_tensors(dataset):

@@ -21,7 +21,8 @@ def nbytes(t: torch.Tensor) -> int:
 
 def make_dataset() -> TensorDataset:
     g = torch.Generator().manual_seed(0)
-    return TensorDataset(torch.randn(1024, 128, generator=g), torch.randint(0, 10, (1024,), generator=g))
+    return TensorDataset(torch.randn(1024, 128, generator=g),
+                         torch.randint(0, 10, (1024,), generator=g))
 
 
 def train_from(loader: DataLoader, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
@@ -85,6 +86,10 @@ def test_what_a_dataset_holds():
     assert labels[:2] == ["Subset.dataset.datasets[0].tensors[0]",
                           "Subset.dataset.datasets[0].tensors[1]"]
     assert "Subset.dataset.datasets[1].ids" in labels
+    # a plain list of examples (what a Trainer takes): rows of one tensor, its storage once
+    ids = torch.zeros(4, 8, dtype=torch.long)
+    rows = [{"input_ids": row, "labels": row} for row in ids]
+    assert [label for label, _ in _data.dataset_tensors(rows)] == ["list[0]['input_ids']"]
 
 
 def test_the_scan_is_bounded(monkeypatch):

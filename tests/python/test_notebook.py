@@ -39,7 +39,10 @@ class Frames(HTMLParser):
         self.other_tags: list[str] = []
 
     def handle_starttag(self, tag, attrs):
-        (self.frames if tag == "iframe" else self.other_tags).append(dict(attrs) if tag == "iframe" else tag)
+        if tag == "iframe":
+            self.frames.append(dict(attrs))
+        else:
+            self.other_tags.append(tag)
 
 
 @pytest.fixture(scope="module")
@@ -79,14 +82,16 @@ def test_the_notebook_output_renders_offline_in_chromium(report, tmp_path):
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.on("request", lambda r: requests.append(r.url))
-            page.on("console", lambda m: errors.append(m.text) if m.type in ("error", "warning") else None)
+            page.on("console", lambda m: errors.append(m.text)
+                    if m.type in ("error", "warning") else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(page_path.as_uri())
             frame = page.frame_locator("iframe.ridgescope-report")
             frame.locator("body[data-ready='1']").wait_for(timeout=15000)
             peak = report.peak
             assert frame.locator("#rs-peak-value").get_attribute("data-bytes") == str(peak["bytes"])
-            drawn = set(frame.locator(".rs-area").evaluate_all("els => els.map(e => e.dataset.category)"))
+            drawn = set(frame.locator(".rs-area").evaluate_all(
+                "els => els.map(e => e.dataset.category)"))
             assert {c for c, b in peak["by_category"].items() if b} <= drawn
             assert frame.locator("#rs-table-steps tr.rs-step-row").count() == len(report.steps)
         finally:

@@ -54,7 +54,7 @@ def test_the_marker_passes_under_a_generous_limit_and_fails_under_a_tight_one(py
     peak = rs.load(trace).peak
     # the bytes named are the report's own
     assert int(match.group(1).replace(",", "")) == peak["by_category"]["activation"] > 262144
-    assert f"Peak: " in out and f"({peak['bytes']:,} bytes) live in step 0, during" in out
+    assert "Peak: " in out and f"({peak['bytes']:,} bytes) live in step 0, during" in out
     for category, value in peak["by_category"].items():
         if value:
             assert re.search(rf"\n\s+{category}\s+.*\({value:,} bytes\)", out), category

@@ -75,7 +75,8 @@ def test_figures_stay_exact_beyond_single_precision(tmp_path):
     written = write_tensorboard(data, tmp_path, step_offset=1)
     assert written == {"logdir": str(tmp_path), "steps": 1, "scalars": 1 + len(rs.CATEGORIES)}
     got = read_back(tmp_path)
-    assert got["ridgescope/peak_bytes"] == {1: big} and got["ridgescope/peak/activation"] == {1: big}
+    assert got["ridgescope/peak_bytes"] == {1: big}
+    assert got["ridgescope/peak/activation"] == {1: big}
     assert float(torch.tensor(big, dtype=torch.float32)) != big  # what float32 would have lost
 
 

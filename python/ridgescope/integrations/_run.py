@@ -41,7 +41,8 @@ def log_figures(data: dict[str, Any]) -> dict[str, int]:
     """The figures a framework's logs get from a report: the peak, its step, and its
     composition by category (all ten, in bytes)."""
     peak = data["peak"]
-    out = {f"{LOG_PREFIX}/peak_bytes": int(peak["bytes"]), f"{LOG_PREFIX}/peak_step": int(peak["step"])}
+    out = {f"{LOG_PREFIX}/peak_bytes": int(peak["bytes"]),
+           f"{LOG_PREFIX}/peak_step": int(peak["step"])}
     for category, value in peak["by_category"].items():
         out[f"{LOG_PREFIX}/peak/{category}"] = int(value)
     return out

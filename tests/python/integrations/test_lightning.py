@@ -81,7 +81,7 @@ def fit(pl, root, callbacks, **overrides):
 @pytest.fixture(scope="module", params=PACKAGES)
 def run(request, tmp_path_factory):
     pl = framework(request.param)
-    callback = RidgescopeCallback()
+    callback = RidgescopeCallback(tensorboard=True)
     trainer, module, data = fit(pl, tmp_path_factory.mktemp(request.param), [callback])
     return pl, trainer, module, data, callback
 
@@ -133,7 +133,8 @@ def test_phases_follow_lightnings_step(run):
 
 
 def test_the_peak_reaches_the_trainers_loggers(run):
-    """Given a CSV logger, then its metrics file holds the peak and its composition."""
+    """Given a CSV logger, then its metrics file holds the peak and its composition, and the
+    trace, its HTML report and the TensorBoard scalars are in the Trainer's log_dir."""
     _, trainer, _, _, callback = run
     peak = callback.report.peak
     rows = list(csv.DictReader(open(trainer.logger.experiment.metrics_file_path)))
@@ -145,6 +146,15 @@ def test_the_peak_reaches_the_trainers_loggers(run):
     # the trace and HTML report are in the Trainer's log_dir
     assert callback.trace == Path(trainer.log_dir) / "ridgescope.rstrace"
     assert callback.trace.with_suffix(".html").is_file()
+    # and tensorboard=True put one scalar per step there, at the report's (= Lightning's
+    # logging) step numbers
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(trainer.log_dir, size_guidance={"tensors": 0})
+    events.Reload()
+    assert [t.step for t in events.Tensors("ridgescope/peak_bytes")] == \
+        [s["step"] for s in callback.report.steps]
 
 
 def test_tracking_changes_no_result(tmp_path):
@@ -190,7 +200,8 @@ def test_a_fit_that_runs_out_of_memory_keeps_its_report(tmp_path):
     import ridgescope as rs
 
     pl = framework("lightning")
-    callback = RidgescopeCallback(capacity="70KiB")  # past the dataset and a forward: the optimizer step fails
+    # room for the dataset and a forward and backward, not for the optimizer state
+    callback = RidgescopeCallback(capacity="70KiB")
     with pytest.raises(torch.OutOfMemoryError):
         fit(pl, tmp_path, [callback])
     assert rs.active_session() is None
