@@ -221,3 +221,21 @@ def test_a_training_that_runs_out_of_memory_keeps_its_report(tmp_path):
     ooms = report.to_dict()["ooms"]
     assert len(ooms) == 1 and ooms[0]["live_bytes"] + ooms[0]["request_bytes"] > 2 * 1024 ** 2
     assert callback.finish() is report  # once
+
+
+def test_an_internal_error_never_reaches_the_training(tmp_path, monkeypatch):
+    """Given the analysis failing at the end of training (an internal error), then training
+    completes, one warning says tracking stopped, and no session is left running."""
+    import ridgescope as rs
+    from ridgescope.integrations import _run
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(_run.Report, "from_trace", broken)
+    callback = RidgescopeCallback()
+    with pytest.warns(RuntimeWarning, match=r"stopped tracking after an internal error "
+                                            r"\(RuntimeError: injected\); training continues"):
+        trainer = train(tmp_path, [callback], max_steps=2)
+    assert trainer.state.global_step == 2 and rs.active_session() is None
+    assert callback.error == "RuntimeError: injected" and callback.report is None
