@@ -23,6 +23,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from . import _model_info
+from ._data import DatasetRegistrar
 from .distributed import DistributedTracking, local_tensor
 
 BUILTIN_PHASES = ("forward", "backward", "optimizer_step", "zero_grad", "checkpoint", "eval",
@@ -60,6 +61,7 @@ class Instrumentation:
         self._state_shapes: dict[int, tuple[int, int, int]] = {}
         # DDP buckets, FSDP shards and gathers, ZeRO (python/ridgescope/distributed)
         self.distributed = DistributedTracking(self)
+        self.datasets = DatasetRegistrar(self)  # a DataLoader's dataset is input (_data.py)
         self.failed = False
         self.error: str | None = None
 
@@ -408,10 +410,11 @@ class Instrumentation:
         self._patch(torch.optim.Optimizer, "zero_grad", self._phase_wrapper("zero_grad"))
         self._patch(torch.nn.Module, "zero_grad", self._phase_wrapper("zero_grad"))
         self._patch(torch, "save", self._phase_wrapper("checkpoint"))
+        self.datasets.install()
 
         import torch.optim.optimizer as opt_mod
         self._handles.append(opt_mod.register_optimizer_step_pre_hook(
-            g(lambda opt, args, kwargs: self._on_step_pre(opt))))
+            g(lambda opt, args, kwargs: self._on_step_pre(opt, args, kwargs))))
         self._handles.append(opt_mod.register_optimizer_step_post_hook(
             g(lambda opt, args, kwargs: self._on_step_post(opt))))
 
@@ -433,13 +436,39 @@ class Instrumentation:
             if isinstance(t, torch.Tensor):
                 self._native.tag(t, "activation", label, True)
 
-    def _on_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+    def _on_step_pre(self, optimizer: torch.optim.Optimizer, args: tuple = (),
+                     kwargs: dict | None = None) -> tuple[tuple, dict] | None:
         if self._counted_optimizer is None:
             self._counted_optimizer = optimizer
         if self._optimizer is None:
             self._adopt_optimizer(optimizer)
         self.tag_gradients()  # gradients made outside loss.backward() (autograd.grad, by hand)
+        kwargs = {} if kwargs is None else kwargs
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if callable(closure):
+            # step(closure) (Lightning, LBFGS) runs the closure's forward and backward inside the
+            # step: the optimizer_step phase opens when the first closure call returns (calls
+            # after it, LBFGS's line search, are inside the update).
+            wrapped = self._around_closure(closure)
+            if "closure" in kwargs:
+                return args, {**kwargs, "closure": wrapped}
+            return (args[0], wrapped, *args[2:]), kwargs
         self.begin_phase("optimizer_step", explicit=False)
+        return None
+
+    def _around_closure(self, closure: Callable[..., Any]) -> Callable[..., Any]:
+        begin = self._guard(self.begin_phase)
+        calls = [0]
+
+        def run_closure(*args: Any, **kwargs: Any) -> Any:
+            calls[0] += 1
+            if calls[0] > 1:
+                return closure(*args, **kwargs)
+            try:
+                return closure(*args, **kwargs)
+            finally:
+                begin("optimizer_step", False)
+        return run_closure
 
     def _on_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.tag_optimizer_state(optimizer)

@@ -75,6 +75,18 @@ class Report:
             Path(path).write_text(text, encoding="utf-8")
         return text
 
+    def to_tensorboard(self, logdir: str | os.PathLike[str], step_offset: int = 0) -> dict[str, Any]:
+        """Writes one TensorBoard scalar per step for the step's peak and for each category at
+        that peak, into an event file in ``logdir`` (docs/integrations.md; needs the tensorboard
+        package). ``step_offset`` shifts the step numbers. Returns what was written."""
+        from ._tensorboard import write_tensorboard
+        return write_tensorboard(self._data, logdir, step_offset)
+
+    def _repr_html_(self) -> str:
+        """A notebook shows the report as the page ``to_html`` writes, in a sandboxed frame."""
+        from ._notebook import iframe
+        return iframe(self.to_html())
+
     def summary(self) -> str:
         """A short, plain-language text report."""
         from ._text import render_text

@@ -25,6 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "coloured by category (docs/snapshot.md; needs -o)")
     parser.add_argument("-o", "--output", type=Path, default=None,
                         help="write the report to this file instead of standard output")
+    parser.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
+                        help="also write the per-step peak and its composition by category as "
+                             "TensorBoard scalars into an event file in DIR (needs the "
+                             "tensorboard package: pip install 'ridgescope[tensorboard]'; "
+                             "docs/integrations.md)")
     parser.add_argument("--top-blocks", type=int, default=20, metavar="N",
                         help="how many of the largest blocks live at the peak to list (default 20)")
 
@@ -39,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
         return report_ranks(args)
     args.file = args.file[0]
     if args.format == "snapshot":
+        if args.tensorboard is not None:
+            from .._errors import RidgescopeError
+            raise RidgescopeError("--tensorboard goes with --format text, json or html, not snapshot")
         return _write_snapshot(args)
     options = {"timeline_columns": HTML_TIMELINE_COLUMNS} if args.format == "html" else {}
     with Progress(["analysing the trace", "rendering the report"]) as progress:
@@ -53,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
             else:
                 text = report.summary()
     emit(text, args.output)
+    if args.tensorboard is not None:
+        written = report.to_tensorboard(args.tensorboard)
+        print(f"ridgescope report: wrote {written['scalars']} TensorBoard scalars "
+              f"({written['steps']} steps) to {written['logdir']}", file=sys.stderr)
     for w in report.warnings:
         if w["kind"] == "truncated_trace":
             print(f"ridgescope report: warning: {w['message']}", file=sys.stderr)
