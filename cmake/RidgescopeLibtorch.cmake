@@ -1,0 +1,133 @@
+# Locates libtorch without Python (RIDGESCOPE_BUILD_PYTHON=OFF), the way a libtorch C++ project
+# does: the TorchConfig.cmake of a libtorch distribution (-DCMAKE_PREFIX_PATH=/path/to/libtorch),
+# of a torch wheel (-DCMAKE_PREFIX_PATH=<site-packages>/torch/share/cmake), or the folder that
+# holds it (-DTorch_DIR=...). No Python interpreter is looked for or run.
+#
+# * A CPU libtorch, or a CUDA libtorch where CMake finds a CUDA toolkit: find_package(Torch).
+# * A CUDA libtorch without a toolkit: its TorchConfig.cmake would fail (Caffe2Config.cmake
+#   demands the toolkit), so its include/ and lib/ are used directly, as the Python route
+#   (cmake/RidgescopeTorch.cmake) does, and the CUDA allocator source is compiled in where the
+#   CUDA runtime headers are found (a toolkit's, or the nvidia wheels' beside a torch wheel).
+#
+# Sets what cmake/RidgescopeTorch.cmake sets (ridgescope_torch_deps, RIDGESCOPE_TORCH_VERSION,
+# RIDGESCOPE_TORCH_LIB_DIR, RIDGESCOPE_TORCH_INCLUDE_DIRS, _rs_abi, RIDGESCOPE_HAS_CUDA_SOURCE)
+# and, for the installed package config, RIDGESCOPE_TORCH_FROM ("find_package": consumers
+# re-find Torch; "directories": consumers link the recorded directories) and
+# RIDGESCOPE_TORCH_CMAKE_DIR (the folder of the TorchConfig.cmake used).
+
+# 1. The TorchConfig.cmake, found where find_package(Torch CONFIG) would look in these two
+#    layouts (<prefix>/share/cmake/Torch and <prefix>/Torch), without running it yet.
+string(REPLACE ":" ";" _rs_env_prefixes "$ENV{CMAKE_PREFIX_PATH}")
+set(RIDGESCOPE_TORCH_CMAKE_DIR "")
+foreach(_rs_root IN LISTS Torch_DIR ENV{Torch_DIR} CMAKE_PREFIX_PATH _rs_env_prefixes)
+  foreach(_rs_sub "" "/Torch" "/share/cmake/Torch")
+    if(_rs_root AND NOT RIDGESCOPE_TORCH_CMAKE_DIR AND EXISTS "${_rs_root}${_rs_sub}/TorchConfig.cmake")
+      get_filename_component(RIDGESCOPE_TORCH_CMAKE_DIR "${_rs_root}${_rs_sub}" ABSOLUTE)
+    endif()
+  endforeach()
+endforeach()
+if(NOT RIDGESCOPE_TORCH_CMAKE_DIR)
+  message(FATAL_ERROR
+    "ridgescope: RIDGESCOPE_BUILD_PYTHON=OFF builds against a libtorch found by its "
+    "TorchConfig.cmake, and none is under CMAKE_PREFIX_PATH (${CMAKE_PREFIX_PATH}) or Torch_DIR.\n"
+    "Point -DCMAKE_PREFIX_PATH at a libtorch distribution (the folder holding share/cmake/Torch) "
+    "or at a torch wheel's torch/share/cmake, or build the Python package (RIDGESCOPE_BUILD_PYTHON=ON).")
+endif()
+get_filename_component(_rs_torch_prefix "${RIDGESCOPE_TORCH_CMAKE_DIR}/../../.." ABSOLUTE)
+set(RIDGESCOPE_TORCH_LIB_DIR "${_rs_torch_prefix}/lib")
+
+# torch's libstdc++ ABI: TorchConfig.cmake carries -D_GLIBCXX_USE_CXX11_ABI=0 in TORCH_CXX_FLAGS
+# for the old pre-C++11-ABI builds; without it (every build since torch 2.7) the ABI is the
+# compiler's default, 1, which is also how Debian builds the Abseil linked beside it.
+file(READ "${RIDGESCOPE_TORCH_CMAKE_DIR}/TorchConfig.cmake" _rs_torch_config)
+set(_rs_abi 1)
+if(_rs_torch_config MATCHES "_GLIBCXX_USE_CXX11_ABI=([01])")
+  set(_rs_abi "${CMAKE_MATCH_1}")
+endif()
+if(NOT _rs_abi EQUAL 1)
+  message(WARNING "ridgescope: this libtorch uses the pre-C++11 libstdc++ ABI (_GLIBCXX_USE_CXX11_ABI=0); "
+                  "the Abseil it is linked with must have been built the same way")
+endif()
+add_compile_definitions(_GLIBCXX_USE_CXX11_ABI=${_rs_abi})
+
+# 2. find_package(Torch), unless it cannot succeed: a CUDA libtorch with no CUDA toolkit.
+set(_rs_cuda_torch OFF)
+if(EXISTS "${RIDGESCOPE_TORCH_LIB_DIR}/libc10_cuda.so")
+  set(_rs_cuda_torch ON)
+  find_package(CUDAToolkit QUIET)
+endif()
+add_library(ridgescope_torch_deps INTERFACE)
+if(NOT _rs_cuda_torch OR CUDAToolkit_FOUND)
+  find_package(Torch CONFIG REQUIRED PATHS "${RIDGESCOPE_TORCH_CMAKE_DIR}" NO_DEFAULT_PATH)
+  set(RIDGESCOPE_TORCH_FROM "find_package")
+  set(RIDGESCOPE_TORCH_VERSION "${Torch_VERSION}")
+  set(RIDGESCOPE_TORCH_INCLUDE_DIRS ${TORCH_INCLUDE_DIRS})
+  target_link_libraries(ridgescope_torch_deps INTERFACE ${TORCH_LIBRARIES})
+else()
+  set(RIDGESCOPE_TORCH_FROM "directories")
+  file(STRINGS "${RIDGESCOPE_TORCH_CMAKE_DIR}/TorchConfigVersion.cmake" _rs_version_line
+       REGEX "set\\(PACKAGE_VERSION \"")
+  string(REGEX REPLACE ".*PACKAGE_VERSION \"([^\"]*)\".*" "\\1" RIDGESCOPE_TORCH_VERSION "${_rs_version_line}")
+  set(RIDGESCOPE_TORCH_INCLUDE_DIRS "${_rs_torch_prefix}/include" "${_rs_torch_prefix}/include/torch/csrc/api/include")
+  target_include_directories(ridgescope_torch_deps SYSTEM INTERFACE ${RIDGESCOPE_TORCH_INCLUDE_DIRS})
+  foreach(_lib c10 torch_cpu torch)
+    find_library(_rs_lib_${_lib} NAMES ${_lib} PATHS "${RIDGESCOPE_TORCH_LIB_DIR}" NO_DEFAULT_PATH REQUIRED)
+    target_link_libraries(ridgescope_torch_deps INTERFACE "${_rs_lib_${_lib}}")
+  endforeach()
+  message(STATUS "ridgescope: a CUDA libtorch and no CUDA toolkit: TorchConfig.cmake would fail, "
+                 "so torch's include/ and lib/ are used directly")
+endif()
+message(STATUS "ridgescope: torch ${RIDGESCOPE_TORCH_VERSION} at ${RIDGESCOPE_TORCH_LIB_DIR} "
+               "(${RIDGESCOPE_TORCH_FROM}, no Python, CXX11 ABI ${_rs_abi})")
+
+# 3. The CUDA caching-allocator source, as in cmake/RidgescopeTorch.cmake: compiled in when torch
+#    has CUDA and the CUDA runtime headers (with the compiler's crt/ headers and the cuBLAS,
+#    cuSPARSE and cuSOLVER headers ATen/cuda includes) are found. No GPU or CUDA compiler needed.
+set(RIDGESCOPE_WITH_CUDA AUTO CACHE STRING "Build the CUDA allocator source: AUTO, ON or OFF")
+set(RIDGESCOPE_HAS_CUDA_SOURCE OFF)
+if(_rs_cuda_torch AND NOT RIDGESCOPE_WITH_CUDA STREQUAL "OFF")
+  set(_rs_dirs ${CUDAToolkit_INCLUDE_DIRS})
+  foreach(_rs_var CUDA_HOME CUDA_PATH)
+    if(DEFINED ENV{${_rs_var}})
+      list(APPEND _rs_dirs "$ENV{${_rs_var}}/include")
+    endif()
+  endforeach()
+  # a torch wheel: the nvidia-* wheels (nvidia/cu13/include, nvidia/cuda_runtime/include) and
+  # triton's bundled crt/ headers lie beside it in site-packages
+  file(GLOB _rs_wheel_dirs LIST_DIRECTORIES true "${_rs_torch_prefix}/../nvidia/*/include")
+  list(SORT _rs_wheel_dirs)
+  list(APPEND _rs_dirs /usr/local/cuda/include ${_rs_wheel_dirs} "${_rs_torch_prefix}/../triton/backends/nvidia/include")
+  set(_rs_runtime "")
+  set(_rs_crt "")
+  set(_rs_blas "")
+  foreach(_rs_d IN LISTS _rs_dirs)
+    if(NOT _rs_runtime AND EXISTS "${_rs_d}/cuda_runtime_api.h")
+      set(_rs_runtime "${_rs_d}")
+    endif()
+    if(NOT _rs_crt AND EXISTS "${_rs_d}/crt/host_config.h")
+      set(_rs_crt "${_rs_d}")
+    endif()
+    if(NOT _rs_blas AND EXISTS "${_rs_d}/cublas_v2.h" AND EXISTS "${_rs_d}/cublasLt.h"
+       AND EXISTS "${_rs_d}/cusparse.h" AND EXISTS "${_rs_d}/cusolverDn.h")
+      set(_rs_blas "${_rs_d}")
+    endif()
+  endforeach()
+  if(_rs_runtime AND _rs_crt AND _rs_blas)
+    set(RIDGESCOPE_CUDA_INCLUDE_DIR "${_rs_runtime}" "${_rs_crt}" "${_rs_blas}")
+    list(REMOVE_DUPLICATES RIDGESCOPE_CUDA_INCLUDE_DIR)
+    set(RIDGESCOPE_C10_CUDA_LIB "${RIDGESCOPE_TORCH_LIB_DIR}/libc10_cuda.so")
+    set(RIDGESCOPE_HAS_CUDA_SOURCE ON)
+    target_include_directories(ridgescope_torch_deps SYSTEM INTERFACE ${RIDGESCOPE_CUDA_INCLUDE_DIR})
+    target_link_libraries(ridgescope_torch_deps INTERFACE "${RIDGESCOPE_C10_CUDA_LIB}")
+    target_compile_definitions(ridgescope_torch_deps INTERFACE RIDGESCOPE_WITH_CUDA=1)
+    message(STATUS "ridgescope: CUDA allocator source ON (${RIDGESCOPE_C10_CUDA_LIB}, headers ${RIDGESCOPE_CUDA_INCLUDE_DIR})")
+  elseif(RIDGESCOPE_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "ridgescope: RIDGESCOPE_WITH_CUDA=ON but no CUDA runtime, crt/ and cuBLAS headers were found")
+  else()
+    message(STATUS "ridgescope: CUDA allocator source OFF (no CUDA runtime headers found)")
+  endif()
+elseif(RIDGESCOPE_WITH_CUDA STREQUAL "ON")
+  message(FATAL_ERROR "ridgescope: RIDGESCOPE_WITH_CUDA=ON but this libtorch has no libc10_cuda")
+else()
+  message(STATUS "ridgescope: CUDA allocator source OFF (torch without CUDA)")
+endif()
