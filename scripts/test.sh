@@ -1,7 +1,5 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs every test: the Catch2 core tests (no torch), the C++ package
-# (through Python, and from a plain libtorch without Python: scripts/libtorch_build.sh), the C++
-# example trainers, and pytest.
+# Sets everything up, then runs every test: the Catch2 core tests (no torch) and pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
