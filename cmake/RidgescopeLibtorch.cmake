@@ -3,11 +3,12 @@
 # of a torch wheel (-DCMAKE_PREFIX_PATH=<site-packages>/torch/share/cmake), or the folder that
 # holds it (-DTorch_DIR=...). No Python interpreter is looked for or run.
 #
-# * A CPU libtorch, or a CUDA libtorch where CMake finds a CUDA toolkit: find_package(Torch).
-# * A CUDA libtorch without a toolkit: its TorchConfig.cmake would fail (Caffe2Config.cmake
-#   demands the toolkit), so its include/ and lib/ are used directly, as the Python route
-#   (cmake/RidgescopeTorch.cmake) does, and the CUDA allocator source is compiled in where the
-#   CUDA runtime headers are found (a toolkit's, or the nvidia wheels' beside a torch wheel).
+# * A CPU libtorch, or a CUDA libtorch with a complete CUDA toolkit: find_package(Torch).
+# * A CUDA libtorch without one: its TorchConfig.cmake would fail (Caffe2Config.cmake demands
+#   the toolkit; a configure-only probe tells), so its include/ and lib/ are used directly, as
+#   the Python route (cmake/RidgescopeTorch.cmake) does, and the CUDA allocator source is
+#   compiled in where the CUDA runtime headers are found (a toolkit's, or the nvidia wheels'
+#   beside a torch wheel).
 #
 # Sets what cmake/RidgescopeTorch.cmake sets (ridgescope_torch_deps, RIDGESCOPE_TORCH_VERSION,
 # RIDGESCOPE_TORCH_LIB_DIR, RIDGESCOPE_TORCH_INCLUDE_DIRS, _rs_abi, RIDGESCOPE_HAS_CUDA_SOURCE)
@@ -50,14 +51,53 @@ if(NOT _rs_abi EQUAL 1)
 endif()
 add_compile_definitions(_GLIBCXX_USE_CXX11_ABI=${_rs_abi})
 
-# 2. find_package(Torch), unless it cannot succeed: a CUDA libtorch with no CUDA toolkit.
+# 2. find_package(Torch), unless it cannot succeed: a CUDA libtorch needs a complete CUDA
+#    toolkit for that (Caffe2Config.cmake fails without one, and leaves NOTFOUND libraries with
+#    a partial one). For a CUDA libtorch a configure-only probe (cmake/torch_probe) tells.
 set(_rs_cuda_torch OFF)
+set(_rs_use_find_package ON)
 if(EXISTS "${RIDGESCOPE_TORCH_LIB_DIR}/libc10_cuda.so")
   set(_rs_cuda_torch ON)
-  find_package(CUDAToolkit QUIET)
+  # ridgescope compiles no CUDA code, but Caffe2's cuda.cmake enables the CUDA language with the
+  # C++ standard (20), whose flags CMake before 3.26 does not know for nvcc: ask for 17.
+  if(NOT DEFINED CMAKE_CUDA_STANDARD)
+    set(CMAKE_CUDA_STANDARD 17)
+  endif()
+  # the answer is kept in the cache for this libtorch (a re-configure does not probe again)
+  if(NOT _RIDGESCOPE_TORCH_PROBED STREQUAL RIDGESCOPE_TORCH_CMAKE_DIR)
+    set(_rs_probe_dir "${CMAKE_BINARY_DIR}/ridgescope_torch_probe")
+    file(REMOVE_RECURSE "${_rs_probe_dir}")
+    # the probe sets up what this project does before find_package(Torch): compiler, C++20
+    set(_rs_probe_args "-DTorch_DIR=${RIDGESCOPE_TORCH_CMAKE_DIR}" "-DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}"
+        "-DCMAKE_CXX_STANDARD=${CMAKE_CXX_STANDARD}" "-DCMAKE_CXX_EXTENSIONS=${CMAKE_CXX_EXTENSIONS}"
+        "-DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE}" "-DCMAKE_CUDA_STANDARD=${CMAKE_CUDA_STANDARD}")
+    # what the user said about CUDA (-DCUDA_TOOLKIT_ROOT_DIR=..., -DCMAKE_CUDA_COMPILER=...)
+    get_cmake_property(_rs_cache_vars CACHE_VARIABLES)
+    foreach(_rs_var IN LISTS _rs_cache_vars)
+      if(_rs_var MATCHES "^(CMAKE_MAKE_PROGRAM|CUDA_.*|CUDAToolkit_.*|CMAKE_CUDA_.*|TORCH_CUDA_.*)$")
+        list(APPEND _rs_probe_args "-D${_rs_var}=${${_rs_var}}")
+      endif()
+    endforeach()
+    message(STATUS "ridgescope: a CUDA libtorch: probing find_package(Torch)")
+    execute_process(
+      COMMAND "${CMAKE_COMMAND}" -S "${CMAKE_CURRENT_LIST_DIR}/torch_probe" -B "${_rs_probe_dir}"
+              -G "${CMAKE_GENERATOR}" ${_rs_probe_args}
+      RESULT_VARIABLE _rs_probe_rc OUTPUT_QUIET ERROR_VARIABLE _rs_probe_err)
+    file(REMOVE_RECURSE "${_rs_probe_dir}")
+    set(_rs_probe_reason "")
+    if(NOT _rs_probe_rc EQUAL 0)
+      string(REGEX MATCH "CMake Error[^\n]*\n+[^\n]*\n[^\n]*" _rs_probe_reason "${_rs_probe_err}")
+      string(REGEX REPLACE "[\n ]+" " " _rs_probe_reason "failed: ${_rs_probe_reason}")
+    endif()
+    set(_RIDGESCOPE_TORCH_PROBED "${RIDGESCOPE_TORCH_CMAKE_DIR}" CACHE INTERNAL "")
+    set(_RIDGESCOPE_TORCH_PROBE_REASON "${_rs_probe_reason}" CACHE INTERNAL "")
+  endif()
+  if(_RIDGESCOPE_TORCH_PROBE_REASON)
+    set(_rs_use_find_package OFF)
+  endif()
 endif()
 add_library(ridgescope_torch_deps INTERFACE)
-if(NOT _rs_cuda_torch OR CUDAToolkit_FOUND)
+if(_rs_use_find_package)
   find_package(Torch CONFIG REQUIRED PATHS "${RIDGESCOPE_TORCH_CMAKE_DIR}" NO_DEFAULT_PATH)
   set(RIDGESCOPE_TORCH_FROM "find_package")
   set(RIDGESCOPE_TORCH_VERSION "${Torch_VERSION}")
@@ -74,8 +114,8 @@ else()
     find_library(_rs_lib_${_lib} NAMES ${_lib} PATHS "${RIDGESCOPE_TORCH_LIB_DIR}" NO_DEFAULT_PATH REQUIRED)
     target_link_libraries(ridgescope_torch_deps INTERFACE "${_rs_lib_${_lib}}")
   endforeach()
-  message(STATUS "ridgescope: a CUDA libtorch and no CUDA toolkit: TorchConfig.cmake would fail, "
-                 "so torch's include/ and lib/ are used directly")
+  message(STATUS "ridgescope: find_package(Torch) does not succeed with this CUDA libtorch here "
+                 "(the probe ${_RIDGESCOPE_TORCH_PROBE_REASON}): torch's include/ and lib/ are used directly")
 endif()
 message(STATUS "ridgescope: torch ${RIDGESCOPE_TORCH_VERSION} at ${RIDGESCOPE_TORCH_LIB_DIR} "
                "(${RIDGESCOPE_TORCH_FROM}, no Python, CXX11 ABI ${_rs_abi})")
@@ -94,9 +134,10 @@ if(_rs_cuda_torch AND NOT RIDGESCOPE_WITH_CUDA STREQUAL "OFF")
   endforeach()
   # a torch wheel: the nvidia-* wheels (nvidia/cu13/include, nvidia/cuda_runtime/include) and
   # triton's bundled crt/ headers lie beside it in site-packages
-  file(GLOB _rs_wheel_dirs LIST_DIRECTORIES true "${_rs_torch_prefix}/../nvidia/*/include")
+  get_filename_component(_rs_site "${_rs_torch_prefix}/.." ABSOLUTE)
+  file(GLOB _rs_wheel_dirs LIST_DIRECTORIES true "${_rs_site}/nvidia/*/include")
   list(SORT _rs_wheel_dirs)
-  list(APPEND _rs_dirs /usr/local/cuda/include ${_rs_wheel_dirs} "${_rs_torch_prefix}/../triton/backends/nvidia/include")
+  list(APPEND _rs_dirs /usr/local/cuda/include ${_rs_wheel_dirs} "${_rs_site}/triton/backends/nvidia/include")
   set(_rs_runtime "")
   set(_rs_crt "")
   set(_rs_blas "")
