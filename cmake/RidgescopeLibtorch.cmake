@@ -37,9 +37,9 @@ endif()
 get_filename_component(_rs_torch_prefix "${RIDGESCOPE_TORCH_CMAKE_DIR}/../../.." ABSOLUTE)
 set(RIDGESCOPE_TORCH_LIB_DIR "${_rs_torch_prefix}/lib")
 
-# torch's libstdc++ ABI: TorchConfig.cmake carries -D_GLIBCXX_USE_CXX11_ABI=0 in TORCH_CXX_FLAGS
-# for the old pre-C++11-ABI builds; without it (every build since torch 2.7) the ABI is the
-# compiler's default, 1, which is also how Debian builds the Abseil linked beside it.
+# torch's libstdc++ ABI: older TorchConfig.cmake files set TORCH_CXX_FLAGS to
+# -D_GLIBCXX_USE_CXX11_ABI=0 or 1; recent ones carry none (2.13.0 and 2.14.1, whose libraries
+# export std::__cxx11 symbols) and the ABI is the compiler's default, 1, as Debian's Abseil has.
 file(READ "${RIDGESCOPE_TORCH_CMAKE_DIR}/TorchConfig.cmake" _rs_torch_config)
 set(_rs_abi 1)
 if(_rs_torch_config MATCHES "_GLIBCXX_USE_CXX11_ABI=([01])")
