@@ -103,6 +103,25 @@ if(_rs_use_find_package)
   set(RIDGESCOPE_TORCH_VERSION "${Torch_VERSION}")
   set(RIDGESCOPE_TORCH_INCLUDE_DIRS ${TORCH_INCLUDE_DIRS})
   target_link_libraries(ridgescope_torch_deps INTERFACE ${TORCH_LIBRARIES})
+  # Under add_subdirectory(ridgescope) the parent project evaluates torch's generator
+  # expressions ($<TARGET_PROPERTY:torch_cpu,...>), where the imported targets of this directory
+  # are not visible unless global.
+  if(NOT CMAKE_CURRENT_SOURCE_DIR STREQUAL CMAKE_SOURCE_DIR)
+    if(CMAKE_VERSION VERSION_LESS 3.21)
+      set(_rs_imported torch torch_library torch_cpu torch_cpu_library c10 headeronly caffe2::mkl
+          caffe2::mkldnn torch_cuda torch_cuda_library c10_cuda torch::cudart torch::nvtoolsext)
+    else()
+      get_directory_property(_rs_imported IMPORTED_TARGETS)
+    endif()
+    foreach(_rs_target IN LISTS _rs_imported)
+      if(TARGET ${_rs_target})
+        get_target_property(_rs_global ${_rs_target} IMPORTED_GLOBAL)
+        if(NOT _rs_global)
+          set_target_properties(${_rs_target} PROPERTIES IMPORTED_GLOBAL TRUE)
+        endif()
+      endif()
+    endforeach()
+  endif()
 else()
   set(RIDGESCOPE_TORCH_FROM "directories")
   file(STRINGS "${RIDGESCOPE_TORCH_CMAKE_DIR}/TorchConfigVersion.cmake" _rs_version_line
