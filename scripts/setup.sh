@@ -8,9 +8,10 @@ cd "$(dirname "$0")/.."
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # 1. Debian packages: compilers, CMake, Ninja, Abseil (shared libraries), Catch2 (v2 or v3),
-#    Chromium (the HTML report's browser test), and venv support when the system Python lacks it.
+#    Chromium (the HTML report's browser test), unzip (scripts/test.sh unpacks a libtorch from a
+#    torch wheel), and venv support when the system Python lacks it.
 need=()
-for pkg in g++ cmake ninja-build libabsl-dev catch2 chromium; do
+for pkg in g++ cmake ninja-build libabsl-dev catch2 chromium unzip; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 "${PYTHON:-python3}" -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
