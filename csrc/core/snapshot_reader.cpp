@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "pickle_reader.h"
+#include "snapshot_inference.h"
 #include "ridgescope/cuda_trace.h"
 #include "ridgescope/recorder.h"
 #include "ridgescope/snapshot.h"
@@ -51,10 +52,7 @@ Action parse_action(std::string_view a) {
   return Action::Other;  // "snapshot" and actions of newer torch versions
 }
 
-struct Frame {
-  std::string_view filename, name;
-  std::int64_t line = 0;
-};
+using Frame = detail::SnapshotFrame;
 
 struct Entry {
   Action action = Action::Other;
@@ -184,77 +182,6 @@ Entry read_entry(const PickleValue& t, const std::string& where, VisitBudget& bu
   return e;
 }
 
-bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
-
-std::string frame_text(const Frame& f) {
-  std::string_view file = f.filename;
-  if (auto slash = file.rfind('/'); slash != std::string_view::npos) file = file.substr(slash + 1);
-  return std::string(file) + ":" + std::string(f.name);
-}
-
-// Where an allocation of a torch snapshot was made, for its label: the innermost frame of the
-// user's code (a file outside torch), else the innermost Python frame; "" when there is none.
-std::string origin_from_frames(const std::vector<Frame>& frames) {
-  const Frame* python = nullptr;
-  for (const Frame& f : frames) {
-    const bool py = f.filename.size() > 3 && f.filename.substr(f.filename.size() - 3) == ".py";
-    if (!py) continue;
-    if (python == nullptr) python = &f;
-    if (!contains(f.filename, "/torch/") && !contains(f.filename, "site-packages/")) {
-      python = &f;
-      break;
-    }
-  }
-  if (python == nullptr) return {};
-  std::string_view file = python->filename;
-  if (auto slash = file.rfind('/'); slash != std::string_view::npos) file = file.substr(slash + 1);
-  return std::string(file) + ":" + std::to_string(python->line) + " " + std::string(python->name);
-}
-
-// Phases from stack frames (innermost first in torch's snapshots); "" when nothing decides.
-std::string_view phase_from_frames(const std::vector<Frame>& frames) {
-  bool zero_grad = false, optimizer = false, backward = false, forward = false;
-  for (const Frame& f : frames) {
-    if (contains(f.name, "zero_grad")) zero_grad = true;
-    if (contains(f.filename, "torch/optim/")) optimizer = true;
-    if ((f.name == "backward" && (contains(f.filename, "torch/_tensor.py") || contains(f.filename, "torch/autograd/"))) ||
-        contains(f.name, "_engine_run_backward") || contains(f.name, "autograd::Engine") ||
-        contains(f.name, "evaluate_function")) {
-      backward = true;
-    }
-    if ((contains(f.filename, "torch/nn/modules/module.py") && (f.name == "_call_impl" || f.name == "_wrapped_call_impl")) ||
-        f.name == "forward") {
-      forward = true;
-    }
-  }
-  if (zero_grad) return "zero_grad";
-  if (optimizer) return "optimizer_step";
-  if (backward) return "backward";
-  if (forward) return "forward";
-  return {};
-}
-
-// A category that a frame names without doubt; the label says which frame.
-std::optional<std::pair<Category, std::string>> category_from_frames(const std::vector<Frame>& frames) {
-  for (const Frame& f : frames) {
-    if (contains(f.filename, "torch/optim/") && contains(f.name, "_init_group")) {
-      return std::make_pair(Category::OptimizerState, "optimizer state (frames: " + frame_text(f) + ")");
-    }
-    if (contains(f.name, "AccumulateGrad") || contains(f.filename, "accumulate_grad")) {
-      return std::make_pair(Category::Gradient, "gradient (frames: " + frame_text(f) + ")");
-    }
-    if (contains(f.name, "reset_parameters") || contains(f.filename, "torch/nn/parameter.py") ||
-        (contains(f.filename, "torch/nn/modules/") && f.name == "__init__") ||
-        (contains(f.filename, "torch/nn/modules/module.py") && f.name == "_apply")) {
-      return std::make_pair(Category::Parameter, "parameter or buffer (frames: " + frame_text(f) + ")");
-    }
-    if (contains(f.filename, "torch/utils/data/")) {
-      return std::make_pair(Category::Input, "input (frames: " + frame_text(f) + ")");
-    }
-  }
-  return std::nullopt;
-}
-
 // Category names torch's own tools write (memory profiler categories, lowercase) and ours.
 std::optional<Category> category_from_name(std::string_view name) {
   Category c;
@@ -267,6 +194,7 @@ struct StartBlock {
   std::uint64_t addr = 0, bytes = 0, requested = 0;
   std::optional<std::string_view> category;
   std::vector<Frame> frames;
+  bool frames_from_free = false;  // the frames are the free entry's, not the allocation's
   std::string_view label, module;
   std::optional<bool> category_inferred;
 };
@@ -318,7 +246,7 @@ class Converter {
       }
     }
     read_producer();
-    choose_device(segments, traces);
+    set_device();
     if (traces != nullptr && device_index_ < traces->list().size()) {
       const PickleValue& list = traces->list()[device_index_];
       std::size_t i = 0;
@@ -335,10 +263,21 @@ class Converter {
     prescan();
     modelled_ = !ours_ && !cpu_;
     if (modelled_) translator_ = std::make_unique<CudaTraceTranslator>(rules_);
+    if (!ours_) {
+      try {
+        inference_ = std::make_unique<detail::SnapshotInference>(options_.rules);
+      } catch (const std::invalid_argument& e) {
+        throw SnapshotError(e.what(), 0);
+      }
+    }
     emit();
+    if (inference_) flush();
     finish_info();
     return info_;
   }
+
+  // The highest live bytes of the replay (the analysis's peak of this device).
+  std::uint64_t peak_bytes() const { return peak_now_; }
 
  private:
   void read_producer() {
@@ -360,36 +299,11 @@ class Converter {
     info_.producer = ours_ ? "ridgescope" : "pytorch";
   }
 
-  void choose_device(const PickleValue* segments, const PickleValue* traces) {
-    if (options_.device_index) {
-      if (*options_.device_index < 0) content_error("device index " + std::to_string(*options_.device_index) + " is negative");
-      device_index_ = static_cast<std::size_t>(*options_.device_index);
-    } else {
-      bool found = false;
-      std::size_t best = 0;
-      if (traces != nullptr) {
-        for (std::size_t i = 0; i < traces->list().size(); ++i) {
-          const std::size_t n = traces->list()[i].list().size();
-          if (n > best) {
-            best = n;
-            device_index_ = i;
-            found = true;
-          }
-        }
-      }
-      if (!found && segments != nullptr) {
-        for (const PickleValue& s : segments->list()) {
-          std::uint64_t d = 0;
-          if (s.is_dict()) {
-            const PickleValue* dv = s.get("device");
-            if (dv != nullptr && dv->to_uint64(&d)) {
-              device_index_ = static_cast<std::size_t>(d);
-              break;
-            }
-          }
-        }
-      }
-    }
+  // The device to replay: the caller has chosen it (snapshot_devices(), highest peak).
+  void set_device() {
+    const int index = options_.device_index.value_or(0);
+    if (index < 0) content_error("device index " + std::to_string(index) + " is negative");
+    device_index_ = static_cast<std::size_t>(index);
     device_ = Device{DeviceType::CUDA, static_cast<std::int16_t>(device_index_)};
     if (ours_) {
       for (const std::string& n : device_names_) {
@@ -435,6 +349,13 @@ class Converter {
           sb.bytes = size;
           sb.requested = opt_uint(b, "requested_size", bw).value_or(size);
           sb.frames = read_frames(b, bw, budget_);
+          // torch 2.0 kept a block's allocation stack in its 'history' (the last entry is the
+          // allocation now live)
+          const PickleValue* history = b.get("frames") == nullptr ? b.get("history") : nullptr;
+          if (history != nullptr && history->is_list_like() && !history->list().empty() &&
+              history->list().back().is_dict()) {
+            sb.frames = read_frames(history->list().back(), bw + "['history'][-1]", budget_);
+          }
           if (const PickleValue* c = b.get("category"); c != nullptr && c->is_str()) sb.category = c->str();
           end_blocks_.push_back(std::move(sb));
         }
@@ -587,9 +508,13 @@ class Converter {
   void prescan() {
     absl::flat_hash_map<std::uint64_t, std::size_t> live;  // addr -> alloc entry index (or npos)
     absl::flat_hash_set<std::uint64_t> live_segments;
+    absl::flat_hash_set<std::uint64_t> touched;  // block addresses the trace allocates or frees
     constexpr std::size_t kStart = static_cast<std::size_t>(-1);
     for (std::size_t i = 0; i < entries_.size(); ++i) {
       const Entry& e = entries_[i];
+      if (e.action == Action::Alloc || e.action == Action::FreeRequested || e.action == Action::FreeCompleted) {
+        touched.insert(e.addr);
+      }
       switch (e.action) {
         case Action::Alloc: live[e.addr] = i; break;
         case Action::FreeRequested:
@@ -601,6 +526,7 @@ class Converter {
             sb.bytes = e.block_size.value_or(block_bytes(e.size));
             sb.category = e.category;
             sb.frames = e.frames;
+            sb.frames_from_free = true;
             sb.label = e.label;
             sb.module = e.module;
             sb.category_inferred = e.category_inferred;
@@ -620,7 +546,9 @@ class Converter {
     for (const StartBlock& b : end_blocks_) {
       auto it = live.find(b.addr);
       if (it == live.end()) {
-        start_blocks_.push_back(b);  // live throughout
+        // Never in the trace: live throughout. Freed by the trace yet live in the segments: made
+        // after the last entry (end_state() allocates it at the end).
+        if (!touched.contains(b.addr)) start_blocks_.push_back(b);
       } else if (it->second != kStart) {
         exact_bytes_[it->second] = b.bytes;
       }
@@ -695,38 +623,56 @@ class Converter {
     return e;
   }
 
-  // The category of a new block: from the snapshot, else from frames (torch's snapshots), else
-  // none (the analysis's lifetime rules decide).
-  void tag_block(std::uint64_t addr, std::uint64_t t_ns, std::optional<std::string_view> category,
-                 const std::vector<Frame>& frames, std::string_view label, std::optional<bool> inferred) {
-    ++allocations_;
-    if (category) {
-      const std::optional<Category> c = category_from_name(*category);
-      if (!c) {
-        unknown_category_names_.insert(std::string(*category));
-      } else if (ours_ && inferred.value_or(false)) {
-        // ridgescope inferred it from the lifetime rules; the same phases give the same result
-        ++categorised_from_snapshot_;
-        return;
-      } else {
-        ++categorised_from_snapshot_;
-        Event e = make(EventKind::Tag, t_ns);
-        e.addr = addr;
-        e.category = *c;
-        e.string_id = rec_.intern(label);
-        rec_.record_timed(e);
-        return;
-      }
+  // Every event goes through here. A ridgescope export is written straight to the trace; a
+  // snapshot PyTorch wrote is buffered, fed to the inference as it goes, and written with each
+  // allocation's category once the inference has seen everything (flush()). `frames`: a free
+  // entry's stack; `after_trace`: a free only the end state shows.
+  void record(const Event& e, const std::vector<Frame>* frames = nullptr, bool after_trace = false) {
+    switch (e.kind) {
+      case EventKind::Alloc:
+        live_now_ += e.bytes;
+        peak_now_ = std::max(peak_now_, live_now_);
+        break;
+      case EventKind::Free: live_now_ -= std::min(live_now_, e.bytes); break;
+      case EventKind::SegmentAlloc: segments_now_[e.addr] = e.bytes; break;
+      case EventKind::SegmentFree: segments_now_.erase(e.addr); break;
+      default: break;
     }
-    if (ours_) return;
-    if (auto c = category_from_frames(frames)) {
-      ++categorised_from_frames_;
-      Event e = make(EventKind::Tag, t_ns);
-      e.addr = addr;
-      e.category = c->first;
-      e.string_id = rec_.intern(c->second);
+    if (!inference_) {
       rec_.record_timed(e);
+      return;
     }
+    if (e.kind == EventKind::Free) inference_->free(e.addr, frames, after_trace);
+    buffer_.push_back(e);
+    block_of_event_.push_back(kNoBlock);
+  }
+
+  // The category of a block alloc() just recorded. A ridgescope export names it, or says it was
+  // inferred from lifetimes (the analysis infers it again from the same phases). For a snapshot
+  // PyTorch wrote the inference decides it with hindsight (flush()), from a category the entry
+  // names (memory_viz's), the allocation `frames` (null: none recorded) and lifetimes.
+  void tag_block(std::uint64_t addr, std::uint64_t t_ns, std::optional<std::string_view> category,
+                 const std::vector<Frame>* frames, std::string_view label, std::optional<bool> inferred,
+                 bool before_trace) {
+    ++allocations_;
+    std::optional<Category> named;
+    if (category) {
+      named = category_from_name(*category);
+      if (!named) unknown_category_names_.insert(std::string(*category));
+    }
+    if (inference_) {
+      block_of_event_[last_alloc_event_] =
+          inference_->alloc(addr, last_alloc_bytes_, last_alloc_requested_, frames, before_trace, named);
+      return;
+    }
+    if (!named) return;
+    ++categorised_from_snapshot_;
+    if (inferred.value_or(false)) return;  // inferred from lifetimes: the same phases give the same result
+    Event e = make(EventKind::Tag, t_ns);
+    e.addr = addr;
+    e.category = *named;
+    e.string_id = rec_.intern(label);
+    record(e);
   }
 
   void alloc(std::uint64_t addr, std::uint64_t bytes, std::uint64_t requested, std::uint64_t stream,
@@ -737,22 +683,79 @@ class Converter {
     e.requested_bytes = requested;
     e.stream = stream;
     e.string_id = module.empty() ? 0 : rec_.intern(module);
-    rec_.record_timed(e);
+    if (inference_ && e.string_id != 0 && !where_text_.contains(e.string_id)) where_text_[e.string_id] = std::string(module);
+    last_alloc_event_ = buffer_.size();
+    last_alloc_bytes_ = bytes;
+    last_alloc_requested_ = requested;
+    record(e);
     live_bytes_[addr] = bytes;
+  }
+
+  // Where a block was made, for its label and module: its allocation frames (none when the only
+  // frames known are the free entry's).
+  std::string where(const std::vector<Frame>& frames, bool frames_from_free = false) const {
+    if (ours_ || frames_from_free) return {};
+    return detail::where_from_frames(frames);
   }
 
   void phase(bool begin, std::string_view name, std::uint64_t t_ns) {
     Event e = make(begin ? EventKind::PhaseBegin : EventKind::PhaseEnd, t_ns);
     e.device = Device{};
     e.string_id = rec_.intern(name);
-    rec_.record_timed(e);
+    if (inference_) {
+      if (begin) {
+        inference_->phase_begin(name);
+      } else {
+        inference_->phase_end(name);
+      }
+    }
+    record(e);
   }
 
   void step(std::uint64_t n, std::uint64_t t_ns) {
     Event e = make(EventKind::Step, t_ns);
     e.device = Device{};
     e.value = n;
-    rec_.record_timed(e);
+    record(e);
+  }
+
+  // A snapshot PyTorch wrote: decide every block, then write the buffered events, each
+  // allocation followed by its category (a strong tag; flagged inferred unless the snapshot
+  // named it or nothing did) and a label that names where it was made and the deciding rule.
+  void flush() {
+    inference_->finish();
+    absl::flat_hash_map<std::tuple<Category, detail::InferenceRule, std::uint32_t>, std::uint32_t> labels;
+    for (std::size_t i = 0; i < buffer_.size(); ++i) {
+      const Event& e = buffer_[i];
+      rec_.record_timed(e);
+      if (block_of_event_[i] == kNoBlock) continue;
+      const detail::InferenceDecision d = inference_->decision(block_of_event_[i]);
+      Event tag = make(EventKind::Tag, e.time_ns);
+      tag.addr = e.addr;
+      tag.category = d.category;
+      const bool observed = d.rule == detail::InferenceRule::Recorded || d.rule == detail::InferenceRule::Unknown;
+      tag.flags = observed ? 0 : kTagInferred;
+      auto [it, inserted] = labels.try_emplace(std::make_tuple(d.category, d.rule, e.string_id), 0);
+      if (inserted) {
+        auto w = where_text_.find(e.string_id);
+        std::string text(category_name(d.category));
+        if (w != where_text_.end()) text += " in " + w->second;
+        if (d.rule != detail::InferenceRule::Unknown) text += " [" + std::string(detail::inference_rule_id(d.rule)) + "]";
+        it->second = rec_.intern(text);
+      }
+      tag.string_id = it->second;
+      rec_.record_timed(tag);
+      if (d.rule == detail::InferenceRule::Recorded) ++categorised_from_snapshot_;
+      if (is_frame_rule(d.rule)) ++categorised_from_frames_;
+    }
+    buffer_.clear();
+    block_of_event_.clear();
+  }
+
+  static bool is_frame_rule(detail::InferenceRule r) {
+    using R = detail::InferenceRule;
+    return r == R::UserRule || r == R::WorkspaceFrames || r == R::OptimizerInitGroup || r == R::AccumulateGrad ||
+           r == R::ParameterFrames || r == R::DataLoader;
   }
 
   void emit_marks_through(std::uint64_t index) {
@@ -772,7 +775,7 @@ class Converter {
   // step when a forward follows a backward or an optimizer step.
   void infer_phase(const Entry& e, std::uint64_t t_ns) {
     if (!annotated_phase_.empty()) return;  // inside a phase torch's annotations mark exactly
-    const std::string_view p = phase_from_frames(e.frames);
+    const std::string_view p = detail::phase_from_frames(e.frames);
     if (p.empty() || p == current_phase_) return;
     if (!current_phase_.empty()) phase(false, current_phase_, t_ns);
     if (p == "forward" && step_has_backward_or_optimizer_) {
@@ -805,12 +808,12 @@ class Converter {
           Event e = make(EventKind::SegmentAlloc, t0);
           e.addr = addr;
           e.bytes = size;
-          rec_.record_timed(e);
+          record(e);
         }
       }
       for (const StartBlock& b : start_blocks_) {
-        alloc(b.addr, b.bytes, b.requested, 0, t0, ours_ ? std::string(b.module) : origin_from_frames(b.frames));
-        tag_block(b.addr, t0, b.category, b.frames, b.label, b.category_inferred);
+        alloc(b.addr, b.bytes, b.requested, 0, t0, ours_ ? std::string(b.module) : where(b.frames, b.frames_from_free));
+        tag_block(b.addr, t0, b.category, b.frames_from_free ? nullptr : &b.frames, b.label, b.category_inferred, true);
       }
     }
     for (std::size_t i = 0; i < entries_.size(); ++i) {
@@ -833,8 +836,8 @@ class Converter {
           auto exact = exact_bytes_.find(i);
           const std::uint64_t bytes =
               e.block_size ? *e.block_size : exact != exact_bytes_.end() ? exact->second : block_bytes(e.size);
-          alloc(e.addr, bytes, e.size, e.stream, t, ours_ ? std::string(e.module) : origin_from_frames(e.frames));
-          tag_block(e.addr, t, e.category, e.frames, e.label, e.category_inferred);
+          alloc(e.addr, bytes, e.size, e.stream, t, ours_ ? std::string(e.module) : where(e.frames));
+          tag_block(e.addr, t, e.category, &e.frames, e.label, e.category_inferred, false);
           break;
         }
         case Action::FreeRequested: break;  // the block stays allocated until free_completed
@@ -844,7 +847,7 @@ class Converter {
           f.addr = e.addr;
           f.bytes = live_bytes_[e.addr];
           f.stream = e.stream;
-          rec_.record_timed(f);
+          record(f, &e.frames);
           live_bytes_.erase(e.addr);
           break;
         }
@@ -858,7 +861,7 @@ class Converter {
           s.addr = e.addr;
           s.bytes = e.size;
           s.stream = e.stream;
-          rec_.record_timed(s);
+          record(s);
           break;
         }
         case Action::Oom: {
@@ -866,7 +869,7 @@ class Converter {
           o.bytes = e.size;
           o.value = e.device_free;
           o.stream = e.stream;
-          rec_.record_timed(o);
+          record(o);
           break;
         }
         case Action::Annotate: {
@@ -877,7 +880,7 @@ class Converter {
           g.addr = e.addr;
           g.category = *c;
           g.string_id = rec_.intern(e.label);
-          rec_.record_timed(g);
+          record(g);
           break;
         }
         case Action::Other: break;
@@ -887,6 +890,79 @@ class Converter {
     if (!ours_) emit_torch_marks_before(UINT64_MAX);
     if (!annotated_phase_.empty()) phase(false, annotated_phase_, last_ns_);
     if (!current_phase_.empty()) phase(false, current_phase_, last_ns_);
+    if (!ours_) end_state();
+  }
+
+  // The segments are the allocator's state when the snapshot was taken. Where the replay ends
+  // elsewhere (history recording stopped before the snapshot, so frees or allocations after it
+  // are missing), it is brought to that state at the end: blocks the segments no longer hold
+  // are freed, blocks the trace never made are allocated, and reserved memory becomes the
+  // segments'. So at the end live bytes are always the sum of the segments' allocated_size and
+  // reserved bytes the sum of their total_size.
+  void end_state() {
+    const std::uint64_t t = last_ns_;
+    absl::flat_hash_map<std::uint64_t, const StartBlock*> held;
+    for (const StartBlock& b : end_blocks_) held[b.addr] = &b;
+    std::vector<std::uint64_t> gone;
+    for (const auto& [addr, bytes] : live_bytes_) {
+      auto it = held.find(addr);
+      if (it == held.end() || it->second->bytes != bytes) gone.push_back(addr);
+    }
+    std::sort(gone.begin(), gone.end());
+    for (std::uint64_t addr : gone) {
+      Event f = make(EventKind::Free, t);
+      f.addr = addr;
+      f.bytes = live_bytes_[addr];
+      record(f, nullptr, /*after_trace=*/true);
+      live_bytes_.erase(addr);
+    }
+    std::uint64_t made = 0;
+    for (const StartBlock& b : end_blocks_) {
+      if (live_bytes_.contains(b.addr)) continue;
+      alloc(b.addr, b.bytes, b.requested, 0, t, where(b.frames));
+      tag_block(b.addr, t, b.category, &b.frames, b.label, b.category_inferred, false);
+      ++made;
+    }
+    // Reserved memory: compare what is covered, since ranges of expandable segments may be cut
+    // differently.
+    std::map<std::uint64_t, std::uint64_t> want;  // address -> bytes
+    for (const auto& [addr, size] : end_segments_) want[addr] = size;
+    for (const auto& [lo, hi] : end_mapped_) want[lo] = hi - lo;
+    auto covered = [](const auto& segments) {
+      std::map<std::uint64_t, std::uint64_t> out;
+      for (const auto& [addr, size] : segments) add_interval(out, addr, addr + size);
+      return out;
+    };
+    std::uint64_t segments_changed = 0;
+    if (!cpu_ && covered(segments_now_) != covered(want)) {
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> now(segments_now_.begin(), segments_now_.end());
+      std::sort(now.begin(), now.end());
+      for (const auto& [addr, size] : now) {
+        auto it = want.find(addr);
+        if (it != want.end() && it->second == size) continue;
+        Event f = make(EventKind::SegmentFree, t);
+        f.addr = addr;
+        f.bytes = size;
+        record(f);
+        ++segments_changed;
+      }
+      for (const auto& [addr, size] : want) {
+        auto it = segments_now_.find(addr);
+        if (it != segments_now_.end() && it->second == size) continue;
+        Event a = make(EventKind::SegmentAlloc, t);
+        a.addr = addr;
+        a.bytes = size;
+        record(a);
+        ++segments_changed;
+      }
+    }
+    if (!gone.empty() || made > 0 || segments_changed > 0) {
+      end_state_note_ = (
+          "The trace ends in another state than the snapshot's segments (history recording stopped before "
+          "the snapshot was taken?): at the end " + std::to_string(gone.size()) + " blocks the trace left "
+          "allocated were freed, " + std::to_string(made) + " blocks it never allocated were allocated and " +
+          std::to_string(segments_changed) + " segments were set as the snapshot holds them.");
+    }
   }
 
   // --- PyTorch's CUDA snapshots: block sizes from a model of the segments -----------------
@@ -934,20 +1010,20 @@ class Converter {
         const std::uint64_t bytes = exact != exact_bytes_.end() ? exact->second : ev.bytes;
         ++blocks_modelled_;
         if (bytes != block_bytes(e.size)) ++blocks_larger_than_rounded_;
-        alloc(ev.addr, bytes, ev.requested_bytes, ev.stream, t, origin_from_frames(e.frames));
-        tag_block(ev.addr, t, e.category, e.frames, e.label, e.category_inferred);
+        alloc(ev.addr, bytes, ev.requested_bytes, ev.stream, t, where(e.frames));
+        tag_block(ev.addr, t, e.category, &e.frames, e.label, e.category_inferred, false);
         continue;
       }
-      record_translated(ev, t);
+      record_translated(ev, t, &e.frames);
     }
   }
 
   // A segment or free event from the translator, at time t.
-  void record_translated(Event ev, std::uint64_t t) {
+  void record_translated(Event ev, std::uint64_t t, const std::vector<Frame>* frames = nullptr) {
     ev.time_ns = t;
     ev.device = device_;
     if (ev.kind == EventKind::Free) live_bytes_.erase(ev.addr);
-    rec_.record_timed(ev);
+    record(ev, frames);
   }
 
   // The segments and blocks that existed before the first entry, adopted by the translator
@@ -963,8 +1039,9 @@ class Converter {
     auto emit_adopted = [&](const StartBlock* b) {
       for (const Event& ev : scratch_) {
         if (ev.kind == EventKind::Alloc && b != nullptr) {
-          alloc(ev.addr, ev.bytes, ev.requested_bytes, ev.stream, 0, origin_from_frames(b->frames));
-          tag_block(ev.addr, 0, b->category, b->frames, b->label, b->category_inferred);
+          alloc(ev.addr, ev.bytes, ev.requested_bytes, ev.stream, 0, where(b->frames, b->frames_from_free));
+          tag_block(ev.addr, 0, b->category, b->frames_from_free ? nullptr : &b->frames, b->label,
+                    b->category_inferred, true);
         } else {
           record_translated(ev, 0);
         }
@@ -986,12 +1063,19 @@ class Converter {
     }
     for (const StartBlock* b : blocks) {
       if (placed.contains(b)) continue;
-      alloc(b->addr, b->bytes, b->requested, 0, 0, origin_from_frames(b->frames));
-      tag_block(b->addr, 0, b->category, b->frames, b->label, b->category_inferred);
+      alloc(b->addr, b->bytes, b->requested, 0, 0, where(b->frames, b->frames_from_free));
+      tag_block(b->addr, 0, b->category, b->frames_from_free ? nullptr : &b->frames, b->label, b->category_inferred,
+                true);
     }
   }
 
   void finish_info() {
+    if (inference_) {
+      for (const detail::InferenceReason& r : inference_->reasons()) {
+        info_.reasons.push_back({std::string(detail::inference_rule_id(r.rule)), r.category, r.text, r.allocations,
+                                 r.peak_bytes, r.peak_blocks, r.end_bytes});
+      }
+    }
     info_.categorised_from_snapshot = categorised_from_snapshot_;
     info_.categorised_from_frames = categorised_from_frames_;
     info_.categories_inferred = categorised_from_snapshot_ < allocations_;
@@ -1002,10 +1086,13 @@ class Converter {
                             "snapshot's 'category' keys, user_metadata and external_annotations.");
     } else {
       info_.notes.push_back(
-          "A snapshot written by PyTorch: it records no categories or phases. Categories come from stack "
-          "frames where a frame names one (optimizer _init_group, AccumulateGrad, parameter "
-          "initialisation or Module._apply, DataLoader) and otherwise from lifetimes over the phases; "
-          "those are inferred and may be wrong.");
+          "A snapshot written by PyTorch: it records no categories or phases. Each block's category is "
+          "inferred by the first rule that fires (docs/snapshot.md): frames (the optimizer's _init_group, "
+          "AccumulateGrad, Module._apply/load_state_dict/from_pretrained, workspaces, the data loader), "
+          "sizes (a block live before the first forward that a gradient of its size matches is a "
+          "parameter), the step's structure and lifetimes over the phases. Each label ends with the "
+          "rule's id; 'reasons' says how many bytes each rule decided.");
+      if (!end_state_note_.empty()) info_.notes.push_back(end_state_note_);
       if (annotated_phases_ > 0) {
         info_.notes.push_back(std::to_string(annotated_phases_) +
                               " phases come from torch's record_function annotations (the optimizer's "
@@ -1094,6 +1181,17 @@ class Converter {
   absl::flat_hash_set<std::uint64_t> expandable_starts_;  // start segments that are mapped ranges
   std::map<std::uint64_t, std::uint64_t> end_mapped_;      // expandable ranges mapped at the end
   std::uint64_t blocks_modelled_ = 0, blocks_larger_than_rounded_ = 0;
+  // PyTorch's snapshots: the events, buffered until the inference has seen them all.
+  static constexpr std::uint32_t kNoBlock = UINT32_MAX;
+  std::unique_ptr<detail::SnapshotInference> inference_;
+  std::string end_state_note_;
+  std::vector<Event> buffer_;
+  std::vector<std::uint32_t> block_of_event_;  // per buffered event: the inference's block, or kNoBlock
+  absl::flat_hash_map<std::uint32_t, std::string> where_text_;  // module string id -> its text
+  std::size_t last_alloc_event_ = 0;
+  std::uint64_t last_alloc_bytes_ = 0, last_alloc_requested_ = 0;
+  std::uint64_t live_now_ = 0, peak_now_ = 0;                     // live bytes as recorded
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> segments_now_;  // reserved as recorded
 };
 
 // A temporary trace file, removed when done.
@@ -1126,37 +1224,152 @@ bool looks_like_pickle(const std::string& path) {
   return c == 0x80;
 }
 
-SnapshotImport snapshot_to_trace(const std::string& pickle_path, const std::string& trace_path,
-                                 const SnapshotReadOptions& options) {
-  const std::string bytes = read_file(pickle_path);
+namespace {
+
+struct ParsedSnapshot {
+  std::string bytes;
   detail::PickleResult parsed;
+};
+
+ParsedSnapshot parse_snapshot(const std::string& pickle_path) {
+  ParsedSnapshot p;
+  p.bytes = read_file(pickle_path);
   try {
-    parsed = detail::parse_pickle(bytes);
+    p.parsed = detail::parse_pickle(p.bytes);
   } catch (const detail::PickleError& e) {
     throw SnapshotError("'" + pickle_path + "' is not a readable snapshot pickle: " + e.what(), e.offset());
   }
+  return p;
+}
+
+// The devices a snapshot holds memory for, with their segment counts: every `device` of its
+// segments and every device_traces list with an entry that replays something (an allocation, a
+// free, a segment, an OOM). Segments and traces may disagree (device_traces has one list per
+// visible GPU, most of them empty, or holding only a `snapshot` marker).
+std::map<int, std::uint64_t> snapshot_devices(const PickleValue& root) {
+  std::map<int, std::uint64_t> out;
+  const PickleValue* segments = root.is_list_like() ? &root : root.is_dict() ? root.get("segments") : nullptr;
+  if (segments != nullptr && segments->is_list_like()) {
+    for (const PickleValue& s : segments->list()) {
+      if (!s.is_dict()) continue;
+      std::uint64_t d = 0;
+      if (const PickleValue* v = s.get("device"); v != nullptr && !v->to_uint64(&d)) continue;
+      if (d < 32768) ++out[static_cast<int>(d)];
+    }
+  }
+  const PickleValue* traces = root.is_dict() ? root.get("device_traces") : nullptr;
+  if (traces != nullptr && traces->is_list_like()) {
+    for (std::size_t i = 0; i < traces->list().size() && i < 32768; ++i) {
+      const PickleValue& t = traces->list()[i];
+      if (!t.is_list_like()) continue;
+      for (const PickleValue& e : t.list()) {
+        const PickleValue* a = e.is_dict() ? e.get("action") : nullptr;
+        if (a != nullptr && a->is_str() && parse_action(a->str()) != Action::Other && parse_action(a->str()) != Action::Annotate) {
+          out.try_emplace(static_cast<int>(i), 0);
+          break;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::string device_list(const std::map<int, std::uint64_t>& devices) {
+  std::string out;
+  for (const auto& [d, n] : devices) out += (out.empty() ? "" : ", ") + ("cuda:" + std::to_string(d));
+  return out;
+}
+
+// Replays one device (options.device_index, resolved) into a trace at `trace_path`.
+SnapshotImport convert(const ParsedSnapshot& p, const std::string& trace_path, const SnapshotReadOptions& options,
+                       std::uint64_t* peak_bytes = nullptr) {
   Recorder rec(trace_path);
-  Converter converter(parsed.root, parsed.protocol, bytes.size(), options, rec);
+  Converter converter(p.parsed.root, p.parsed.protocol, p.bytes.size(), options, rec);
   SnapshotImport info = converter.run();
   rec.close();
   if (rec.failed()) throw SnapshotError("cannot write the replayed trace '" + trace_path + "': " + rec.error(), 0);
+  if (peak_bytes != nullptr) *peak_bytes = converter.peak_bytes();
   return info;
+}
+
+// The devices to replay: the one asked for (which must hold memory when any does), else all.
+std::vector<int> devices_to_replay(const std::map<int, std::uint64_t>& devices, const SnapshotReadOptions& options) {
+  if (options.device_index) {
+    const int d = *options.device_index;
+    if (d < 0) throw SnapshotError("device index " + std::to_string(d) + " is negative", 0);
+    if (!devices.empty() && !devices.contains(d)) {
+      throw SnapshotError("the snapshot records no memory on cuda:" + std::to_string(d) + " (it has " +
+                              device_list(devices) + ")",
+                          0);
+    }
+    return {d};
+  }
+  std::vector<int> out;
+  for (const auto& [d, n] : devices) out.push_back(d);
+  if (out.empty()) out.push_back(0);  // an empty snapshot: an empty report of cuda:0
+  return out;
+}
+
+}  // namespace
+
+SnapshotImport snapshot_to_trace(const std::string& pickle_path, const std::string& trace_path,
+                                 const SnapshotReadOptions& options) {
+  const ParsedSnapshot p = parse_snapshot(pickle_path);
+  const std::vector<int> devices = devices_to_replay(snapshot_devices(p.parsed.root), options);
+  SnapshotReadOptions chosen = options;
+  chosen.device_index = devices.front();
+  if (devices.size() > 1) {  // the device whose live bytes peak highest
+    std::uint64_t best = 0;
+    for (int d : devices) {
+      TempTrace temp;
+      SnapshotReadOptions o = options;
+      o.device_index = d;
+      std::uint64_t peak = 0;
+      convert(p, temp.path(), o, &peak);
+      if (peak > best) {
+        best = peak;
+        chosen.device_index = d;
+      }
+    }
+  }
+  return convert(p, trace_path, chosen);
 }
 
 Report analyze_snapshot(const std::string& pickle_path, const AnalysisOptions& analysis,
                         const SnapshotReadOptions& options) {
-  TempTrace temp;
-  SnapshotImport info = snapshot_to_trace(pickle_path, temp.path(), options);
-  Report report = analyze_trace(temp.path(), analysis);
-  report.trace.path = pickle_path;
-  std::FILE* f = std::fopen(pickle_path.c_str(), "rb");
-  if (f != nullptr) {
-    std::fseek(f, 0, SEEK_END);
-    report.trace.file_bytes = static_cast<std::uint64_t>(std::ftell(f));
-    std::fclose(f);
+  const ParsedSnapshot p = parse_snapshot(pickle_path);
+  const std::map<int, std::uint64_t> held = snapshot_devices(p.parsed.root);
+  const std::vector<int> devices = devices_to_replay(held, options);
+  std::optional<Report> report;
+  std::vector<SnapshotDevice> rows;
+  for (int d : devices) {
+    TempTrace temp;
+    SnapshotReadOptions o = options;
+    o.device_index = d;
+    SnapshotImport info = convert(p, temp.path(), o);
+    AnalysisOptions a = analysis;
+    a.device = info.device == "cpu" ? Device{} : Device{DeviceType::CUDA, static_cast<std::int16_t>(d)};
+    Report r = analyze_trace(temp.path(), a);
+    SnapshotDevice row;
+    row.device = info.device;
+    if (auto it = held.find(d); it != held.end()) row.segments = it->second;
+    row.trace_entries = info.trace_entries;
+    row.peak_bytes = r.peak.bytes;
+    row.peak_reserved_bytes = r.peak.reserved_bytes;
+    row.peak_by_category = r.peak.by_category;
+    row.end_live_bytes = r.final_live_bytes;
+    row.end_reserved_bytes = r.final_reserved_bytes;
+    rows.push_back(row);
+    if (!report || r.peak.bytes > report->peak.bytes) {
+      r.snapshot = std::move(info);
+      report = std::move(r);
+    }
   }
-  report.snapshot = std::move(info);
-  return report;
+  report->trace.path = pickle_path;
+  report->trace.file_bytes = p.bytes.size();
+  report->snapshot->devices = std::move(rows);
+  report->snapshot->device_choice = options.device_index ? "asked" : "highest_peak";
+  return *std::move(report);
 }
 
 }  // namespace ridgescope

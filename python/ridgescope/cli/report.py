@@ -5,6 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from . import _device_rules
 from ._output import emit
 
 HELP = "Print or write the memory report of a trace (text, JSON or a self-contained HTML page)."
@@ -24,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the report to this file instead of standard output")
     parser.add_argument("--top-blocks", type=int, default=20, metavar="N",
                         help="how many of the largest blocks live at the peak to list (default 20)")
+    _device_rules.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "snapshot":
         return _write_snapshot(args)
     options = {"timeline_columns": HTML_TIMELINE_COLUMNS} if args.format == "html" else {}
+    options.update(_device_rules.load_options(args))
     with Progress(["analysing the trace", "rendering the report"]) as progress:
         with progress.stage("analysing the trace"):
             report: Report = (load(args.file, **options) if args.top_blocks == 20
