@@ -55,35 +55,9 @@
 
 #include "ridgescope/category.h"
 #include "ridgescope/snapshot.h"
+#include "snapshot_frames.h"
 
 namespace ridgescope::detail {
-
-// One stack frame of a snapshot entry (torch lists them innermost first). The views point into
-// the parsed pickle, which outlives the inference.
-struct SnapshotFrame {
-  std::string_view filename, name;
-  std::int64_t line = 0;
-};
-using SnapshotFrames = std::vector<SnapshotFrame>;
-
-// --- Frame readers ---------------------------------------------------------------------------
-
-// The phase a stack names, innermost decisive frame kinds in this order: zero_grad, the
-// optimizer (torch/optim/), backward (Tensor.backward, autograd's engine), forward (an
-// nn.Module call or a `forward`); "" when no frame decides.
-std::string_view phase_from_frames(const SnapshotFrames& frames);
-
-// Where a block was made, for labels: the user frame that called the outermost module, then
-// the module path, one `forward` frame per nn.Module call (`_call_impl` frames of
-// torch/nn/modules/module.py), outermost first, e.g. "train.py:42 main > model.py:88 forward >
-// linear.py:116 forward" (at most four module frames; "..." marks omitted outer ones). Without
-// module calls: the innermost frame of the user's code (a Python file outside torch), else the
-// innermost Python frame; "" when there is no Python frame.
-std::string where_from_frames(const SnapshotFrames& frames);
-
-// A frame as reasons print it: the file from its "torch/" part (or its base name), and the
-// function: "torch/optim/adamw.py _init_group".
-std::string frame_text(const SnapshotFrame& frame);
 
 // --- The rules ---------------------------------------------------------------------------------
 

@@ -19,7 +19,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "pickle_reader.h"
-#include "snapshot_inference.h"
+#include "snapshot_sink.h"
+#include "snapshot_replay.h"
 #include "ridgescope/cuda_trace.h"
 #include "ridgescope/recorder.h"
 #include "ridgescope/snapshot.h"
@@ -208,13 +209,6 @@ struct PhaseMark {
   std::uint64_t time_us = 0;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw SnapshotError("cannot read '" + path + "': " + std::strerror(errno), 0);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 class Converter {
  public:
@@ -263,21 +257,23 @@ class Converter {
     prescan();
     modelled_ = !ours_ && !cpu_;
     if (modelled_) translator_ = std::make_unique<CudaTraceTranslator>(rules_);
+    std::unique_ptr<detail::SnapshotInference> inference;
     if (!ours_) {
       try {
-        inference_ = std::make_unique<detail::SnapshotInference>(options_.rules);
+        inference = std::make_unique<detail::SnapshotInference>(options_.rules);
       } catch (const std::invalid_argument& e) {
         throw SnapshotError(e.what(), 0);
       }
     }
+    sink_ = std::make_unique<detail::SnapshotSink>(rec_, std::move(inference));
     emit();
-    if (inference_) flush();
+    sink_->flush();
     finish_info();
     return info_;
   }
 
   // The highest live bytes of the replay (the analysis's peak of this device).
-  std::uint64_t peak_bytes() const { return peak_now_; }
+  std::uint64_t peak_bytes() const { return sink_ ? sink_->peak_bytes() : 0; }
 
  private:
   void read_producer() {
@@ -623,28 +619,8 @@ class Converter {
     return e;
   }
 
-  // Every event goes through here. A ridgescope export is written straight to the trace; a
-  // snapshot PyTorch wrote is buffered, fed to the inference as it goes, and written with each
-  // allocation's category once the inference has seen everything (flush()). `frames`: a free
-  // entry's stack; `after_trace`: a free only the end state shows.
   void record(const Event& e, const std::vector<Frame>* frames = nullptr, bool after_trace = false) {
-    switch (e.kind) {
-      case EventKind::Alloc:
-        live_now_ += e.bytes;
-        peak_now_ = std::max(peak_now_, live_now_);
-        break;
-      case EventKind::Free: live_now_ -= std::min(live_now_, e.bytes); break;
-      case EventKind::SegmentAlloc: segments_now_[e.addr] = e.bytes; break;
-      case EventKind::SegmentFree: segments_now_.erase(e.addr); break;
-      default: break;
-    }
-    if (!inference_) {
-      rec_.record_timed(e);
-      return;
-    }
-    if (e.kind == EventKind::Free) inference_->free(e.addr, frames, after_trace);
-    buffer_.push_back(e);
-    block_of_event_.push_back(kNoBlock);
+    sink_->record(e, frames, after_trace);
   }
 
   // The category of a block alloc() just recorded. A ridgescope export names it, or says it was
@@ -660,9 +636,8 @@ class Converter {
       named = category_from_name(*category);
       if (!named) unknown_category_names_.insert(std::string(*category));
     }
-    if (inference_) {
-      block_of_event_[last_alloc_event_] =
-          inference_->alloc(addr, last_alloc_bytes_, last_alloc_requested_, frames, before_trace, named);
+    if (sink_->inferring()) {
+      sink_->block(frames, before_trace, named);
       return;
     }
     if (!named) return;
@@ -683,11 +658,7 @@ class Converter {
     e.requested_bytes = requested;
     e.stream = stream;
     e.string_id = module.empty() ? 0 : rec_.intern(module);
-    if (inference_ && e.string_id != 0 && !where_text_.contains(e.string_id)) where_text_[e.string_id] = std::string(module);
-    last_alloc_event_ = buffer_.size();
-    last_alloc_bytes_ = bytes;
-    last_alloc_requested_ = requested;
-    record(e);
+    sink_->alloc(e, module);
     live_bytes_[addr] = bytes;
   }
 
@@ -702,14 +673,7 @@ class Converter {
     Event e = make(begin ? EventKind::PhaseBegin : EventKind::PhaseEnd, t_ns);
     e.device = Device{};
     e.string_id = rec_.intern(name);
-    if (inference_) {
-      if (begin) {
-        inference_->phase_begin(name);
-      } else {
-        inference_->phase_end(name);
-      }
-    }
-    record(e);
+    sink_->phase(e, begin, name);
   }
 
   void step(std::uint64_t n, std::uint64_t t_ns) {
@@ -717,45 +681,6 @@ class Converter {
     e.device = Device{};
     e.value = n;
     record(e);
-  }
-
-  // A snapshot PyTorch wrote: decide every block, then write the buffered events, each
-  // allocation followed by its category (a strong tag; flagged inferred unless the snapshot
-  // named it or nothing did) and a label that names where it was made and the deciding rule.
-  void flush() {
-    inference_->finish();
-    absl::flat_hash_map<std::tuple<Category, detail::InferenceRule, std::uint32_t>, std::uint32_t> labels;
-    for (std::size_t i = 0; i < buffer_.size(); ++i) {
-      const Event& e = buffer_[i];
-      rec_.record_timed(e);
-      if (block_of_event_[i] == kNoBlock) continue;
-      const detail::InferenceDecision d = inference_->decision(block_of_event_[i]);
-      Event tag = make(EventKind::Tag, e.time_ns);
-      tag.addr = e.addr;
-      tag.category = d.category;
-      const bool observed = d.rule == detail::InferenceRule::Recorded || d.rule == detail::InferenceRule::Unknown;
-      tag.flags = observed ? 0 : kTagInferred;
-      auto [it, inserted] = labels.try_emplace(std::make_tuple(d.category, d.rule, e.string_id), 0);
-      if (inserted) {
-        auto w = where_text_.find(e.string_id);
-        std::string text(category_name(d.category));
-        if (w != where_text_.end()) text += " in " + w->second;
-        if (d.rule != detail::InferenceRule::Unknown) text += " [" + std::string(detail::inference_rule_id(d.rule)) + "]";
-        it->second = rec_.intern(text);
-      }
-      tag.string_id = it->second;
-      rec_.record_timed(tag);
-      if (d.rule == detail::InferenceRule::Recorded) ++categorised_from_snapshot_;
-      if (is_frame_rule(d.rule)) ++categorised_from_frames_;
-    }
-    buffer_.clear();
-    block_of_event_.clear();
-  }
-
-  static bool is_frame_rule(detail::InferenceRule r) {
-    using R = detail::InferenceRule;
-    return r == R::UserRule || r == R::WorkspaceFrames || r == R::OptimizerInitGroup || r == R::AccumulateGrad ||
-           r == R::ParameterFrames || r == R::DataLoader;
   }
 
   void emit_marks_through(std::uint64_t index) {
@@ -934,8 +859,9 @@ class Converter {
       return out;
     };
     std::uint64_t segments_changed = 0;
-    if (!cpu_ && covered(segments_now_) != covered(want)) {
-      std::vector<std::pair<std::uint64_t, std::uint64_t>> now(segments_now_.begin(), segments_now_.end());
+    const auto& segments_now = sink_->segments();
+    if (!cpu_ && covered(segments_now) != covered(want)) {
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> now(segments_now.begin(), segments_now.end());
       std::sort(now.begin(), now.end());
       for (const auto& [addr, size] : now) {
         auto it = want.find(addr);
@@ -947,8 +873,8 @@ class Converter {
         ++segments_changed;
       }
       for (const auto& [addr, size] : want) {
-        auto it = segments_now_.find(addr);
-        if (it != segments_now_.end() && it->second == size) continue;
+        auto it = segments_now.find(addr);
+        if (it != segments_now.end() && it->second == size) continue;
         Event a = make(EventKind::SegmentAlloc, t);
         a.addr = addr;
         a.bytes = size;
@@ -1070,15 +996,10 @@ class Converter {
   }
 
   void finish_info() {
-    if (inference_) {
-      for (const detail::InferenceReason& r : inference_->reasons()) {
-        info_.reasons.push_back({std::string(detail::inference_rule_id(r.rule)), r.category, r.text, r.allocations,
-                                 r.peak_bytes, r.peak_blocks, r.end_bytes});
-      }
-    }
-    info_.categorised_from_snapshot = categorised_from_snapshot_;
-    info_.categorised_from_frames = categorised_from_frames_;
-    info_.categories_inferred = categorised_from_snapshot_ < allocations_;
+    info_.reasons = sink_->reasons();
+    info_.categorised_from_snapshot = categorised_from_snapshot_ + sink_->decided_by_snapshot();
+    info_.categorised_from_frames = sink_->decided_by_frames();
+    info_.categories_inferred = info_.categorised_from_snapshot < allocations_;
     info_.phases_inferred = inferred_phases_;
     info_.block_sizes_inferred = !ours_ && !cpu_;
     if (ours_) {
@@ -1170,7 +1091,7 @@ class Converter {
   std::size_t next_torch_mark_ = 0;
   std::string annotated_phase_;
   std::uint64_t annotated_phases_ = 0;
-  std::uint64_t allocations_ = 0, categorised_from_snapshot_ = 0, categorised_from_frames_ = 0;
+  std::uint64_t allocations_ = 0, categorised_from_snapshot_ = 0;
   std::uint64_t ignored_entries_ = 0;
   std::set<std::string> unknown_category_names_;
   // PyTorch's CUDA snapshots: the segment model that sizes blocks (see translate()).
@@ -1181,195 +1102,21 @@ class Converter {
   absl::flat_hash_set<std::uint64_t> expandable_starts_;  // start segments that are mapped ranges
   std::map<std::uint64_t, std::uint64_t> end_mapped_;      // expandable ranges mapped at the end
   std::uint64_t blocks_modelled_ = 0, blocks_larger_than_rounded_ = 0;
-  // PyTorch's snapshots: the events, buffered until the inference has seen them all.
-  static constexpr std::uint32_t kNoBlock = UINT32_MAX;
-  std::unique_ptr<detail::SnapshotInference> inference_;
   std::string end_state_note_;
-  std::vector<Event> buffer_;
-  std::vector<std::uint32_t> block_of_event_;  // per buffered event: the inference's block, or kNoBlock
-  absl::flat_hash_map<std::uint32_t, std::string> where_text_;  // module string id -> its text
-  std::size_t last_alloc_event_ = 0;
-  std::uint64_t last_alloc_bytes_ = 0, last_alloc_requested_ = 0;
-  std::uint64_t live_now_ = 0, peak_now_ = 0;                     // live bytes as recorded
-  absl::flat_hash_map<std::uint64_t, std::uint64_t> segments_now_;  // reserved as recorded
-};
-
-// A temporary trace file, removed when done.
-class TempTrace {
- public:
-  TempTrace() {
-    const char* dir = std::getenv("TMPDIR");
-    std::string tmpl = std::string(dir != nullptr && *dir ? dir : "/tmp") + "/ridgescope-snapshot-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    const int fd = ::mkstemp(buf.data());
-    if (fd < 0) throw SnapshotError(std::string("cannot create a temporary file: ") + std::strerror(errno), 0);
-    ::close(fd);
-    path_ = buf.data();
-  }
-  ~TempTrace() { std::remove(path_.c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  std::unique_ptr<detail::SnapshotSink> sink_;  // where events go (PyTorch's snapshots: the inference)
 };
 
 }  // namespace
 
-bool looks_like_pickle(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return false;
-  const int c = std::fgetc(f);
-  std::fclose(f);
-  return c == 0x80;
-}
+namespace detail {
 
-namespace {
-
-struct ParsedSnapshot {
-  std::string bytes;
-  detail::PickleResult parsed;
-};
-
-ParsedSnapshot parse_snapshot(const std::string& pickle_path) {
-  ParsedSnapshot p;
-  p.bytes = read_file(pickle_path);
-  try {
-    p.parsed = detail::parse_pickle(p.bytes);
-  } catch (const detail::PickleError& e) {
-    throw SnapshotError("'" + pickle_path + "' is not a readable snapshot pickle: " + e.what(), e.offset());
-  }
-  return p;
-}
-
-// The devices a snapshot holds memory for, with their segment counts: every `device` of its
-// segments and every device_traces list with an entry that replays something (an allocation, a
-// free, a segment, an OOM). Segments and traces may disagree (device_traces has one list per
-// visible GPU, most of them empty, or holding only a `snapshot` marker).
-std::map<int, std::uint64_t> snapshot_devices(const PickleValue& root) {
-  std::map<int, std::uint64_t> out;
-  const PickleValue* segments = root.is_list_like() ? &root : root.is_dict() ? root.get("segments") : nullptr;
-  if (segments != nullptr && segments->is_list_like()) {
-    for (const PickleValue& s : segments->list()) {
-      if (!s.is_dict()) continue;
-      std::uint64_t d = 0;
-      if (const PickleValue* v = s.get("device"); v != nullptr && !v->to_uint64(&d)) continue;
-      if (d < 32768) ++out[static_cast<int>(d)];
-    }
-  }
-  const PickleValue* traces = root.is_dict() ? root.get("device_traces") : nullptr;
-  if (traces != nullptr && traces->is_list_like()) {
-    for (std::size_t i = 0; i < traces->list().size() && i < 32768; ++i) {
-      const PickleValue& t = traces->list()[i];
-      if (!t.is_list_like()) continue;
-      for (const PickleValue& e : t.list()) {
-        const PickleValue* a = e.is_dict() ? e.get("action") : nullptr;
-        if (a != nullptr && a->is_str() && parse_action(a->str()) != Action::Other && parse_action(a->str()) != Action::Annotate) {
-          out.try_emplace(static_cast<int>(i), 0);
-          break;
-        }
-      }
-    }
-  }
-  return out;
-}
-
-std::string device_list(const std::map<int, std::uint64_t>& devices) {
-  std::string out;
-  for (const auto& [d, n] : devices) out += (out.empty() ? "" : ", ") + ("cuda:" + std::to_string(d));
-  return out;
-}
-
-// Replays one device (options.device_index, resolved) into a trace at `trace_path`.
-SnapshotImport convert(const ParsedSnapshot& p, const std::string& trace_path, const SnapshotReadOptions& options,
-                       std::uint64_t* peak_bytes = nullptr) {
-  Recorder rec(trace_path);
-  Converter converter(p.parsed.root, p.parsed.protocol, p.bytes.size(), options, rec);
+SnapshotImport replay_snapshot_device(const detail::PickleValue& root, int protocol, std::uint64_t file_bytes,
+                                      const SnapshotReadOptions& options, Recorder& rec, std::uint64_t* peak_bytes) {
+  Converter converter(root, protocol, file_bytes, options, rec);
   SnapshotImport info = converter.run();
-  rec.close();
-  if (rec.failed()) throw SnapshotError("cannot write the replayed trace '" + trace_path + "': " + rec.error(), 0);
   if (peak_bytes != nullptr) *peak_bytes = converter.peak_bytes();
   return info;
 }
 
-// The devices to replay: the one asked for (which must hold memory when any does), else all.
-std::vector<int> devices_to_replay(const std::map<int, std::uint64_t>& devices, const SnapshotReadOptions& options) {
-  if (options.device_index) {
-    const int d = *options.device_index;
-    if (d < 0) throw SnapshotError("device index " + std::to_string(d) + " is negative", 0);
-    if (!devices.empty() && !devices.contains(d)) {
-      throw SnapshotError("the snapshot records no memory on cuda:" + std::to_string(d) + " (it has " +
-                              device_list(devices) + ")",
-                          0);
-    }
-    return {d};
-  }
-  std::vector<int> out;
-  for (const auto& [d, n] : devices) out.push_back(d);
-  if (out.empty()) out.push_back(0);  // an empty snapshot: an empty report of cuda:0
-  return out;
-}
-
-}  // namespace
-
-SnapshotImport snapshot_to_trace(const std::string& pickle_path, const std::string& trace_path,
-                                 const SnapshotReadOptions& options) {
-  const ParsedSnapshot p = parse_snapshot(pickle_path);
-  const std::vector<int> devices = devices_to_replay(snapshot_devices(p.parsed.root), options);
-  SnapshotReadOptions chosen = options;
-  chosen.device_index = devices.front();
-  if (devices.size() > 1) {  // the device whose live bytes peak highest
-    std::uint64_t best = 0;
-    for (int d : devices) {
-      TempTrace temp;
-      SnapshotReadOptions o = options;
-      o.device_index = d;
-      std::uint64_t peak = 0;
-      convert(p, temp.path(), o, &peak);
-      if (peak > best) {
-        best = peak;
-        chosen.device_index = d;
-      }
-    }
-  }
-  return convert(p, trace_path, chosen);
-}
-
-Report analyze_snapshot(const std::string& pickle_path, const AnalysisOptions& analysis,
-                        const SnapshotReadOptions& options) {
-  const ParsedSnapshot p = parse_snapshot(pickle_path);
-  const std::map<int, std::uint64_t> held = snapshot_devices(p.parsed.root);
-  const std::vector<int> devices = devices_to_replay(held, options);
-  std::optional<Report> report;
-  std::vector<SnapshotDevice> rows;
-  for (int d : devices) {
-    TempTrace temp;
-    SnapshotReadOptions o = options;
-    o.device_index = d;
-    SnapshotImport info = convert(p, temp.path(), o);
-    AnalysisOptions a = analysis;
-    a.device = info.device == "cpu" ? Device{} : Device{DeviceType::CUDA, static_cast<std::int16_t>(d)};
-    Report r = analyze_trace(temp.path(), a);
-    SnapshotDevice row;
-    row.device = info.device;
-    if (auto it = held.find(d); it != held.end()) row.segments = it->second;
-    row.trace_entries = info.trace_entries;
-    row.peak_bytes = r.peak.bytes;
-    row.peak_reserved_bytes = r.peak.reserved_bytes;
-    row.peak_by_category = r.peak.by_category;
-    row.end_live_bytes = r.final_live_bytes;
-    row.end_reserved_bytes = r.final_reserved_bytes;
-    rows.push_back(row);
-    if (!report || r.peak.bytes > report->peak.bytes) {
-      r.snapshot = std::move(info);
-      report = std::move(r);
-    }
-  }
-  report->trace.path = pickle_path;
-  report->trace.file_bytes = p.bytes.size();
-  report->snapshot->devices = std::move(rows);
-  report->snapshot->device_choice = options.device_index ? "asked" : "highest_peak";
-  return *std::move(report);
-}
-
+}  // namespace detail
 }  // namespace ridgescope
