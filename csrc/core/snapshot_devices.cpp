@@ -78,29 +78,50 @@ ParsedSnapshot parse_snapshot(const std::string& pickle_path) {
   return p;
 }
 
+// The most devices a snapshot may name (CUDA ordinals 0..63): each is replayed on its own.
+constexpr std::uint64_t kMaxDevices = 64;
+
+[[noreturn]] void too_many_devices(std::uint64_t device) {
+  throw SnapshotError("not a usable torch memory snapshot: it names device " + std::to_string(device) +
+                          "; at most " + std::to_string(kMaxDevices) + " CUDA devices (0 to " +
+                          std::to_string(kMaxDevices - 1) + ") are supported",
+                      0);
+}
+
 // The devices a snapshot holds memory for, with their segment counts: every `device` of its
 // segments and every device_traces list with an entry that replays something (an allocation, a
 // free, a segment, an OOM). Segments and traces may disagree (device_traces has one list per
-// visible GPU, most of them empty, or holding only a `snapshot` marker).
-std::map<int, std::uint64_t> snapshot_devices(const PickleValue& root) {
+// visible GPU, most of them empty, or holding only a `snapshot` marker). Like the replay, the
+// scan visits at most four entries per byte of the file (plus 65536): device lists that share
+// one huge list through the memo are a decompression bomb, refused.
+std::map<int, std::uint64_t> snapshot_devices(const PickleValue& root, std::uint64_t file_bytes) {
   std::map<int, std::uint64_t> out;
+  std::uint64_t budget = 4 * file_bytes + 65536;
   const PickleValue* segments = root.is_list_like() ? &root : root.is_dict() ? root.get("segments") : nullptr;
   if (segments != nullptr && segments->is_list_like()) {
     for (const PickleValue& s : segments->list()) {
       if (!s.is_dict()) continue;
       std::uint64_t d = 0;
       if (const PickleValue* v = s.get("device"); v != nullptr && !v->to_uint64(&d)) continue;
-      if (d < 32768) ++out[static_cast<int>(d)];
+      if (d >= kMaxDevices) too_many_devices(d);
+      ++out[static_cast<int>(d)];
     }
   }
   const PickleValue* traces = root.is_dict() ? root.get("device_traces") : nullptr;
   if (traces != nullptr && traces->is_list_like()) {
-    for (std::size_t i = 0; i < traces->list().size() && i < 32768; ++i) {
+    for (std::size_t i = 0; i < traces->list().size(); ++i) {
       const PickleValue& t = traces->list()[i];
       if (!t.is_list_like()) continue;
       for (const PickleValue& e : t.list()) {
+        if (budget-- == 0) {
+          throw SnapshotError("not a usable torch memory snapshot: device_traces makes the snapshot reference more "
+                              "items than its bytes can hold (the same lists referenced many times over: a "
+                              "decompression bomb?)",
+                              0);
+        }
         const PickleValue* a = e.is_dict() ? e.get("action") : nullptr;
         if (a != nullptr && a->is_str() && replays(a->str())) {
+          if (i >= kMaxDevices) too_many_devices(i);
           out.try_emplace(static_cast<int>(i), 0);
           break;
         }
@@ -158,7 +179,7 @@ bool looks_like_pickle(const std::string& path) {
 SnapshotImport snapshot_to_trace(const std::string& pickle_path, const std::string& trace_path,
                                  const SnapshotReadOptions& options) {
   const ParsedSnapshot p = parse_snapshot(pickle_path);
-  const std::vector<int> devices = devices_to_replay(snapshot_devices(p.parsed.root), options);
+  const std::vector<int> devices = devices_to_replay(snapshot_devices(p.parsed.root, p.bytes.size()), options);
   SnapshotReadOptions chosen = options;
   chosen.device_index = devices.front();
   if (devices.size() > 1) {  // the device whose live bytes peak highest
@@ -181,7 +202,7 @@ SnapshotImport snapshot_to_trace(const std::string& pickle_path, const std::stri
 Report analyze_snapshot(const std::string& pickle_path, const AnalysisOptions& analysis,
                         const SnapshotReadOptions& options) {
   const ParsedSnapshot p = parse_snapshot(pickle_path);
-  const std::map<int, std::uint64_t> held = snapshot_devices(p.parsed.root);
+  const std::map<int, std::uint64_t> held = snapshot_devices(p.parsed.root, p.bytes.size());
   const std::vector<int> devices = devices_to_replay(held, options);
   std::optional<Report> report;
   std::vector<SnapshotDevice> rows;

@@ -24,6 +24,5 @@ def load_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.device is not None:
         options["device"] = args.device
     if args.rules is not None:
-        from .._snapshot_rules import load_rules
-        options["rules"] = load_rules(args.rules)
+        options["rules"] = args.rules  # read (and checked) by rs.load
     return options
