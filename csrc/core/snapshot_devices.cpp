@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -201,23 +202,39 @@ SnapshotImport snapshot_to_trace(const std::string& pickle_path, const std::stri
 
 Report analyze_snapshot(const std::string& pickle_path, const AnalysisOptions& analysis,
                         const SnapshotReadOptions& options) {
-  const ParsedSnapshot p = parse_snapshot(pickle_path);
-  const std::map<int, std::uint64_t> held = snapshot_devices(p.parsed.root, p.bytes.size());
-  const std::vector<int> devices = devices_to_replay(held, options);
+  // Every device is replayed into a trace of its own first; the parsed pickle (the largest
+  // thing held, tens of bytes per byte of the file) is released before the analyses run.
+  struct Replayed {
+    int device;
+    std::unique_ptr<TempTrace> trace;
+    SnapshotImport info;
+  };
+  std::vector<Replayed> replayed;
+  std::map<int, std::uint64_t> held;
+  std::uint64_t file_bytes = 0;
+  {
+    const ParsedSnapshot p = parse_snapshot(pickle_path);
+    file_bytes = p.bytes.size();
+    held = snapshot_devices(p.parsed.root, p.bytes.size());
+    for (int d : devices_to_replay(held, options)) {
+      auto temp = std::make_unique<TempTrace>();
+      SnapshotReadOptions o = options;
+      o.device_index = d;
+      SnapshotImport info = convert(p, temp->path(), o);
+      replayed.push_back({d, std::move(temp), std::move(info)});
+    }
+  }
   std::optional<Report> report;
   std::vector<SnapshotDevice> rows;
-  for (int d : devices) {
-    TempTrace temp;
-    SnapshotReadOptions o = options;
-    o.device_index = d;
-    SnapshotImport info = convert(p, temp.path(), o);
+  for (Replayed& x : replayed) {
     AnalysisOptions a = analysis;
-    a.device = info.device == "cpu" ? Device{} : Device{DeviceType::CUDA, static_cast<std::int16_t>(d)};
-    Report r = analyze_trace(temp.path(), a);
+    a.device = x.info.device == "cpu" ? Device{} : Device{DeviceType::CUDA, static_cast<std::int16_t>(x.device)};
+    Report r = analyze_trace(x.trace->path(), a);
+    x.trace.reset();
     SnapshotDevice row;
-    row.device = info.device;
-    if (auto it = held.find(d); it != held.end()) row.segments = it->second;
-    row.trace_entries = info.trace_entries;
+    row.device = x.info.device;
+    if (auto it = held.find(x.device); it != held.end()) row.segments = it->second;
+    row.trace_entries = x.info.trace_entries;
     row.peak_bytes = r.peak.bytes;
     row.peak_reserved_bytes = r.peak.reserved_bytes;
     row.peak_by_category = r.peak.by_category;
@@ -225,12 +242,12 @@ Report analyze_snapshot(const std::string& pickle_path, const AnalysisOptions& a
     row.end_reserved_bytes = r.final_reserved_bytes;
     rows.push_back(row);
     if (!report || r.peak.bytes > report->peak.bytes) {
-      r.snapshot = std::move(info);
+      r.snapshot = std::move(x.info);
       report = std::move(r);
     }
   }
   report->trace.path = pickle_path;
-  report->trace.file_bytes = p.bytes.size();
+  report->trace.file_bytes = file_bytes;
   report->snapshot->devices = std::move(rows);
   report->snapshot->device_choice = options.device_index ? "asked" : "highest_peak";
   return *std::move(report);

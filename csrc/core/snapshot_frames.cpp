@@ -57,7 +57,8 @@ std::string short_cpp_name(std::string_view name) {
 // `needle` (written with '/') occurs in `path`, where '\' counts as '/' (Windows paths).
 bool path_has(std::string_view path, std::string_view needle) {
   if (needle.size() > path.size()) return false;
-  for (std::size_t i = 0; i + needle.size() <= path.size(); ++i) {
+  if (path.find('\\') == std::string_view::npos) return path.find(needle) != std::string_view::npos;
+  for (std::size_t i = 0; i + needle.size() <= path.size(); ++i) {  // a Windows path
     std::size_t j = 0;
     for (; j < needle.size(); ++j) {
       const char c = path[i + j] == '\\' ? '/' : path[i + j];

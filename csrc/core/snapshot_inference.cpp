@@ -182,6 +182,9 @@ struct SnapshotInference::Impl {
   std::vector<InferenceReason> reasons;
   absl::flat_hash_map<std::tuple<InferenceRule, Category, std::string>, std::uint32_t> reason_index;
   bool finished = false;
+  absl::flat_hash_map<const SnapshotFrames*, std::optional<std::tuple<Category, InferenceRule, std::uint32_t>>>
+      frame_verdicts;
+  absl::flat_hash_map<const SnapshotFrames*, std::uint64_t> site_hashes;
   bool saw_forward = false;  // a forward phase, or a block made inside an nn.Module call
 
   std::uint32_t open_bits() const {
@@ -536,13 +539,18 @@ struct SnapshotInference::Impl {
   // decided takes the category most blocks made at its place got; a block older than the trace
   // (no allocation stack) is compared by where it was freed.
   void rule_repeated_step() {
+    bool any = false;  // an undecided block with a stack to compare
+    for (const Block& b : blocks) {
+      any = any || (!b.decided && (b.has_frames() || (b.free_frames != nullptr && !b.free_frames->empty())));
+    }
+    if (!any) return;
     using Counts = std::array<std::uint64_t, kCategoryCount>;
     absl::flat_hash_map<std::uint64_t, Counts> by_alloc_site, by_free_site;
     std::vector<std::uint64_t> alloc_site(blocks.size(), 0), free_site(blocks.size(), 0);
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       const Block& b = blocks[i];
-      if (b.has_frames()) alloc_site[i] = site_hash(*b.frames);
-      if (b.free_frames != nullptr && !b.free_frames->empty()) free_site[i] = site_hash(*b.free_frames);
+      if (b.has_frames()) alloc_site[i] = cached_site_hash(b.frames);
+      if (b.free_frames != nullptr && !b.free_frames->empty()) free_site[i] = cached_site_hash(b.free_frames);
       if (!b.decided || b.rule == InferenceRule::Recorded || b.rule == InferenceRule::UserRule) continue;
       if (alloc_site[i] != 0) ++by_alloc_site[alloc_site[i]][category_index(b.category)];
       if (free_site[i] != 0) ++by_free_site[free_site[i]][category_index(b.category)];
@@ -570,6 +578,12 @@ struct SnapshotInference::Impl {
     }
   }
 
+  std::uint64_t cached_site_hash(const SnapshotFrames* frames) {
+    auto [it, inserted] = site_hashes.try_emplace(frames, 0);
+    if (inserted) it->second = site_hash(*frames);
+    return it->second;
+  }
+
   static std::uint64_t site_hash(const SnapshotFrames& frames) {
     std::uint64_t h = absl::HashOf(frames.size());
     for (const SnapshotFrame& f : frames) h = absl::HashOf(h, f.filename, f.name, f.line);
@@ -585,8 +599,22 @@ struct SnapshotInference::Impl {
       saw_forward = b.has_frames() && phase_from_frames(*b.frames) == "forward";
     }
     for (Block& b : blocks) {
-      rule_recorded(b) || rule_user(b) || rule_workspace_frames(b) || rule_optimizer_init_group(b) ||
-          rule_accumulate_grad(b) || rule_parameter_frames(b) || rule_data_loader(b);
+      if (rule_recorded(b) || !b.has_frames()) continue;
+      // The frame rules depend on the stack only: decided once per frames list (torch shares
+      // one list among an allocation's entries and its block).
+      auto [it, inserted] = frame_verdicts.try_emplace(b.frames);
+      if (inserted) {
+        Block probe = b;
+        rule_user(probe) || rule_workspace_frames(probe) || rule_optimizer_init_group(probe) ||
+            rule_accumulate_grad(probe) || rule_parameter_frames(probe) || rule_data_loader(probe);
+        it->second = probe.decided ? std::optional<std::tuple<Category, InferenceRule, std::uint32_t>>(
+                                         std::make_tuple(probe.category, probe.rule, probe.reason))
+                                   : std::nullopt;
+      }
+      if (it->second) {
+        b.decided = true;
+        std::tie(b.category, b.rule, b.reason) = *it->second;
+      }
     }
     for (Block& b : blocks) {
       if (!b.decided) rule_gradient_kept(b) || rule_optimizer_state_kept(b);

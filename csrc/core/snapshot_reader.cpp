@@ -54,13 +54,14 @@ Action parse_action(std::string_view a) {
 }
 
 using Frame = detail::SnapshotFrame;
+const std::vector<Frame> kNoFrames;
 
 struct Entry {
   Action action = Action::Other;
   std::uint64_t addr = 0, size = 0, stream = 0, time_us = 0, device_free = 0;
   std::optional<std::uint64_t> block_size;  // ridgescope exports: the block's exact bytes
   bool legacy_free = false;                 // old snapshots' "free": no free_requested before it
-  std::vector<Frame> frames;
+  const std::vector<Frame>* frames = &kNoFrames;  // owned by the converter's FramesCache
   std::optional<std::string_view> category;
   std::string_view phase, label, module;  // from a dict user_metadata
   std::optional<bool> category_inferred;
@@ -76,10 +77,10 @@ struct Entry {
 class VisitBudget {
  public:
   explicit VisitBudget(std::uint64_t file_bytes) : left_(kVisitsPerByte * file_bytes + kSlack) {}
-  void take(std::uint64_t items, const std::string& where) {
+  void take(std::uint64_t items, const std::string& where, std::string_view suffix = {}) {
     if (items > left_) {
-      content_error(where + " makes the snapshot reference more items than its bytes can hold (the same "
-                            "lists referenced many times over: a decompression bomb?)");
+      content_error(where + std::string(suffix) + " makes the snapshot reference more items than its bytes can hold "
+                    "(the same lists referenced many times over: a decompression bomb?)");
     }
     left_ -= items;
   }
@@ -129,24 +130,45 @@ const PickleValue& list_field(const PickleValue& d, std::string_view key, const 
   return *v;
 }
 
-std::vector<Frame> read_frames(const PickleValue& d, const std::string& where, VisitBudget& budget) {
-  std::vector<Frame> out;
-  const PickleValue* v = field(d, "frames");
-  if (v == nullptr || v->type == PickleValue::Type::None) return out;
-  if (!v->is_list_like()) content_error(where + "['frames'] must be a list, got " + type_of(*v));
-  budget.take(v->list().size(), where + "['frames']");
-  std::size_t i = 0;
-  for (const PickleValue& f : v->list()) {
-    const std::string fw = where + "['frames'][" + std::to_string(i++) + "]";
-    if (!f.is_dict()) content_error(fw + " must be a dict, got " + type_of(f));
-    std::int64_t line = 0;
-    if (const PickleValue* l = f.get("line"); l != nullptr) l->to_int64(&line);
-    out.push_back({str_field(f, "filename", fw), str_field(f, "name", fw), line});
+// Frames lists, each read once: torch shares one list among an allocation's entries and its
+// block (through the pickle's memo), so the replay meets the same list several times. Every
+// reference still counts against the visit budget. The lists live as long as the cache.
+class FramesCache {
+ public:
+  const std::vector<Frame>* read(const PickleValue& d, const std::string& where, VisitBudget& budget) {
+    const PickleValue* v = field(d, "frames");
+    if (v == nullptr || v->type == PickleValue::Type::None) return &none_;
+    if (!v->is_list_like()) content_error(where + "['frames'] must be a list, got " + type_of(*v));
+    budget.take(v->list().size(), where, "['frames']");
+    if (v->list().empty()) return &none_;
+    auto [it, inserted] = lists_.try_emplace(v->items.get());
+    if (!inserted) return it->second.get();
+    auto out = std::make_unique<std::vector<Frame>>();
+    out->reserve(v->list().size());
+    std::size_t i = 0;
+    for (const PickleValue& f : v->list()) {
+      auto fw = [&] { return where + "['frames'][" + std::to_string(i) + "]"; };
+      if (!f.is_dict()) content_error(fw() + " must be a dict, got " + type_of(f));
+      const PickleValue* file = f.get("filename");
+      const PickleValue* name = f.get("name");
+      if (file == nullptr || !file->is_str() || name == nullptr || !name->is_str()) {
+        str_field(f, "filename", fw());  // the error that names the problem
+        str_field(f, "name", fw());
+      }
+      std::int64_t line = 0;
+      if (const PickleValue* l = f.get("line"); l != nullptr) l->to_int64(&line);
+      out->push_back({file->str(), name->str(), line});
+      ++i;
+    }
+    return (it->second = std::move(out)).get();
   }
-  return out;
-}
 
-Entry read_entry(const PickleValue& t, const std::string& where, VisitBudget& budget) {
+ private:
+  const std::vector<Frame> none_;
+  absl::flat_hash_map<const void*, std::unique_ptr<std::vector<Frame>>> lists_;  // by the pickle's list
+};
+
+Entry read_entry(const PickleValue& t, const std::string& where, VisitBudget& budget, FramesCache& frames) {
   if (!t.is_dict()) content_error(where + " must be a dict, got " + type_of(t));
   Entry e;
   const std::string_view action = str_field(t, "action", where);
@@ -163,7 +185,7 @@ Entry read_entry(const PickleValue& t, const std::string& where, VisitBudget& bu
   e.stream = opt_uint(t, "stream", where).value_or(0);
   e.time_us = opt_uint(t, "time_us", where).value_or(0);
   e.block_size = opt_uint(t, "block_size", where);
-  e.frames = read_frames(t, where, budget);
+  e.frames = frames.read(t, where, budget);
   if (const PickleValue* c = field(t, "category"); c != nullptr && c->type != PickleValue::Type::None) {
     if (!c->is_str()) content_error(where + "['category'] must be a str, got " + type_of(*c));
     e.category = c->str();
@@ -194,7 +216,7 @@ std::optional<Category> category_from_name(std::string_view name) {
 struct StartBlock {
   std::uint64_t addr = 0, bytes = 0, requested = 0;
   std::optional<std::string_view> category;
-  std::vector<Frame> frames;
+  const std::vector<Frame>* frames = &kNoFrames;  // owned by the converter's FramesCache
   bool frames_from_free = false;  // the frames are the free entry's, not the allocation's
   std::string_view label, module;
   std::optional<bool> category_inferred;
@@ -247,7 +269,7 @@ class Converter {
       for (const PickleValue& t : list.list()) {
         const std::string where = "device_traces[" + std::to_string(device_index_) + "][" + std::to_string(i++) + "]";
         budget_.take(1, where);
-        entries_.push_back(read_entry(t, where, budget_));
+        entries_.push_back(read_entry(t, where, budget_, frames_));
       }
     }
     info_.trace_entries = entries_.size();
@@ -344,13 +366,13 @@ class Converter {
           sb.addr = addr;
           sb.bytes = size;
           sb.requested = opt_uint(b, "requested_size", bw).value_or(size);
-          sb.frames = read_frames(b, bw, budget_);
+          sb.frames = frames_.read(b, bw, budget_);
           // torch 2.0 kept a block's allocation stack in its 'history' (the last entry is the
           // allocation now live)
           const PickleValue* history = b.get("frames") == nullptr ? b.get("history") : nullptr;
           if (history != nullptr && history->is_list_like() && !history->list().empty() &&
               history->list().back().is_dict()) {
-            sb.frames = read_frames(history->list().back(), bw + "['history'][-1]", budget_);
+            sb.frames = frames_.read(history->list().back(), bw + "['history'][-1]", budget_);
           }
           if (const PickleValue* c = b.get("category"); c != nullptr && c->is_str()) sb.category = c->str();
           end_blocks_.push_back(std::move(sb));
@@ -664,9 +686,12 @@ class Converter {
 
   // Where a block was made, for its label and module: its allocation frames (none when the only
   // frames known are the free entry's).
-  std::string where(const std::vector<Frame>& frames, bool frames_from_free = false) const {
-    if (ours_ || frames_from_free) return {};
-    return detail::where_from_frames(frames);
+  const std::string& where(const std::vector<Frame>& frames, bool frames_from_free = false) {
+    static const std::string kNowhere;
+    if (ours_ || frames_from_free || frames.empty()) return kNowhere;
+    auto [it, inserted] = where_.try_emplace(&frames);
+    if (inserted) it->second = detail::where_from_frames(frames);
+    return it->second;
   }
 
   void phase(bool begin, std::string_view name, std::uint64_t t_ns) {
@@ -700,7 +725,9 @@ class Converter {
   // step when a forward follows a backward or an optimizer step.
   void infer_phase(const Entry& e, std::uint64_t t_ns) {
     if (!annotated_phase_.empty()) return;  // inside a phase torch's annotations mark exactly
-    const std::string_view p = detail::phase_from_frames(e.frames);
+    auto [cached, inserted] = phases_.try_emplace(e.frames);
+    if (inserted) cached->second = detail::phase_from_frames(*e.frames);
+    const std::string_view p = cached->second;
     if (p.empty() || p == current_phase_) return;
     if (!current_phase_.empty()) phase(false, current_phase_, t_ns);
     if (p == "forward" && step_has_backward_or_optimizer_) {
@@ -737,8 +764,8 @@ class Converter {
         }
       }
       for (const StartBlock& b : start_blocks_) {
-        alloc(b.addr, b.bytes, b.requested, 0, t0, ours_ ? std::string(b.module) : where(b.frames, b.frames_from_free));
-        tag_block(b.addr, t0, b.category, b.frames_from_free ? nullptr : &b.frames, b.label, b.category_inferred, true);
+        alloc(b.addr, b.bytes, b.requested, 0, t0, ours_ ? std::string(b.module) : where(*b.frames, b.frames_from_free));
+        tag_block(b.addr, t0, b.category, b.frames_from_free ? nullptr : b.frames, b.label, b.category_inferred, true);
       }
     }
     for (std::size_t i = 0; i < entries_.size(); ++i) {
@@ -761,8 +788,8 @@ class Converter {
           auto exact = exact_bytes_.find(i);
           const std::uint64_t bytes =
               e.block_size ? *e.block_size : exact != exact_bytes_.end() ? exact->second : block_bytes(e.size);
-          alloc(e.addr, bytes, e.size, e.stream, t, ours_ ? std::string(e.module) : where(e.frames));
-          tag_block(e.addr, t, e.category, &e.frames, e.label, e.category_inferred, false);
+          alloc(e.addr, bytes, e.size, e.stream, t, ours_ ? std::string(e.module) : where(*e.frames));
+          tag_block(e.addr, t, e.category, e.frames, e.label, e.category_inferred, false);
           break;
         }
         case Action::FreeRequested: break;  // the block stays allocated until free_completed
@@ -772,7 +799,7 @@ class Converter {
           f.addr = e.addr;
           f.bytes = live_bytes_[e.addr];
           f.stream = e.stream;
-          record(f, &e.frames);
+          record(f, e.frames);
           live_bytes_.erase(e.addr);
           break;
         }
@@ -844,8 +871,8 @@ class Converter {
     std::uint64_t made = 0;
     for (const StartBlock& b : end_blocks_) {
       if (live_bytes_.contains(b.addr)) continue;
-      alloc(b.addr, b.bytes, b.requested, 0, t, where(b.frames));
-      tag_block(b.addr, t, b.category, &b.frames, b.label, b.category_inferred, false);
+      alloc(b.addr, b.bytes, b.requested, 0, t, where(*b.frames));
+      tag_block(b.addr, t, b.category, b.frames, b.label, b.category_inferred, false);
       ++made;
     }
     // Reserved memory: compare what is covered, since ranges of expandable segments may be cut
@@ -936,11 +963,11 @@ class Converter {
         const std::uint64_t bytes = exact != exact_bytes_.end() ? exact->second : ev.bytes;
         ++blocks_modelled_;
         if (bytes != block_bytes(e.size)) ++blocks_larger_than_rounded_;
-        alloc(ev.addr, bytes, ev.requested_bytes, ev.stream, t, where(e.frames));
-        tag_block(ev.addr, t, e.category, &e.frames, e.label, e.category_inferred, false);
+        alloc(ev.addr, bytes, ev.requested_bytes, ev.stream, t, where(*e.frames));
+        tag_block(ev.addr, t, e.category, e.frames, e.label, e.category_inferred, false);
         continue;
       }
-      record_translated(ev, t, &e.frames);
+      record_translated(ev, t, e.frames);
     }
   }
 
@@ -965,8 +992,8 @@ class Converter {
     auto emit_adopted = [&](const StartBlock* b) {
       for (const Event& ev : scratch_) {
         if (ev.kind == EventKind::Alloc && b != nullptr) {
-          alloc(ev.addr, ev.bytes, ev.requested_bytes, ev.stream, 0, where(b->frames, b->frames_from_free));
-          tag_block(ev.addr, 0, b->category, b->frames_from_free ? nullptr : &b->frames, b->label,
+          alloc(ev.addr, ev.bytes, ev.requested_bytes, ev.stream, 0, where(*b->frames, b->frames_from_free));
+          tag_block(ev.addr, 0, b->category, b->frames_from_free ? nullptr : b->frames, b->label,
                     b->category_inferred, true);
         } else {
           record_translated(ev, 0);
@@ -989,8 +1016,8 @@ class Converter {
     }
     for (const StartBlock* b : blocks) {
       if (placed.contains(b)) continue;
-      alloc(b->addr, b->bytes, b->requested, 0, 0, where(b->frames, b->frames_from_free));
-      tag_block(b->addr, 0, b->category, b->frames_from_free ? nullptr : &b->frames, b->label, b->category_inferred,
+      alloc(b->addr, b->bytes, b->requested, 0, 0, where(*b->frames, b->frames_from_free));
+      tag_block(b->addr, 0, b->category, b->frames_from_free ? nullptr : b->frames, b->label, b->category_inferred,
                 true);
     }
   }
@@ -1103,6 +1130,9 @@ class Converter {
   std::map<std::uint64_t, std::uint64_t> end_mapped_;      // expandable ranges mapped at the end
   std::uint64_t blocks_modelled_ = 0, blocks_larger_than_rounded_ = 0;
   std::string end_state_note_;
+  FramesCache frames_;  // every frames list read, once (entries and blocks point into it)
+  absl::flat_hash_map<const std::vector<Frame>*, std::string> where_;  // where_from_frames, per list
+  absl::flat_hash_map<const std::vector<Frame>*, std::string_view> phases_;  // phase_from_frames, per list
   std::unique_ptr<detail::SnapshotSink> sink_;  // where events go (PyTorch's snapshots: the inference)
 };
 
