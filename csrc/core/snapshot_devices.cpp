@@ -79,13 +79,12 @@ ParsedSnapshot parse_snapshot(const std::string& pickle_path) {
   return p;
 }
 
-// The most devices a snapshot may name (CUDA ordinals 0..63): each is replayed on its own.
-constexpr std::uint64_t kMaxDevices = 64;
+// CUDA ordinals a device index can hold (ridgescope's Device::index is 16 bits).
+constexpr std::uint64_t kMaxDevices = 32768;
 
 [[noreturn]] void too_many_devices(std::uint64_t device) {
   throw SnapshotError("not a usable torch memory snapshot: it names device " + std::to_string(device) +
-                          "; at most " + std::to_string(kMaxDevices) + " CUDA devices (0 to " +
-                          std::to_string(kMaxDevices - 1) + ") are supported",
+                          "; CUDA devices are numbered 0 to " + std::to_string(kMaxDevices - 1),
                       0);
 }
 
@@ -114,7 +113,7 @@ std::map<int, std::uint64_t> snapshot_devices(const PickleValue& root, std::uint
       const PickleValue& t = traces->list()[i];
       if (!t.is_list_like()) continue;
       for (const PickleValue& e : t.list()) {
-        if (budget-- == 0) {
+        if (budget-- == 0) {  // (one budget for the scan; each replay then has its own)
           throw SnapshotError("not a usable torch memory snapshot: device_traces makes the snapshot reference more "
                               "items than its bytes can hold (the same lists referenced many times over: a "
                               "decompression bomb?)",
@@ -128,6 +127,15 @@ std::map<int, std::uint64_t> snapshot_devices(const PickleValue& root, std::uint
         }
       }
     }
+  }
+  // Each device's replay walks every segment: many devices over many segments is more work
+  // than a file of this size can ask for.
+  const std::uint64_t n_segments = segments != nullptr && segments->is_list_like() ? segments->list().size() : 0;
+  if (out.size() > 1 && out.size() * (n_segments + 1) > 4 * file_bytes + 65536) {
+    throw SnapshotError("not a usable torch memory snapshot: " + std::to_string(out.size()) + " devices over " +
+                            std::to_string(n_segments) + " segments is more than its " + std::to_string(file_bytes) +
+                            " bytes can hold (each device is replayed on its own)",
+                        0);
   }
   return out;
 }

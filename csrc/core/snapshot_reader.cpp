@@ -273,6 +273,7 @@ class Converter {
       }
     }
     info_.trace_entries = entries_.size();
+    has_segments_ = segments != nullptr;
     if (segments != nullptr) read_end_segments(*segments);
     read_allocator_settings();
     read_annotations();
@@ -842,7 +843,7 @@ class Converter {
     if (!ours_) emit_torch_marks_before(UINT64_MAX);
     if (!annotated_phase_.empty()) phase(false, annotated_phase_, last_ns_);
     if (!current_phase_.empty()) phase(false, current_phase_, last_ns_);
-    if (!ours_) end_state();
+    if (!ours_ && has_segments_) end_state();
   }
 
   // The segments are the allocator's state when the snapshot was taken. Where the replay ends
@@ -1130,6 +1131,7 @@ class Converter {
   std::map<std::uint64_t, std::uint64_t> end_mapped_;      // expandable ranges mapped at the end
   std::uint64_t blocks_modelled_ = 0, blocks_larger_than_rounded_ = 0;
   std::string end_state_note_;
+  bool has_segments_ = false;  // the snapshot has 'segments' (its end state)
   FramesCache frames_;  // every frames list read, once (entries and blocks point into it)
   absl::flat_hash_map<const std::vector<Frame>*, std::string> where_;  // where_from_frames, per list
   absl::flat_hash_map<const std::vector<Frame>*, std::string_view> phases_;  // phase_from_frames, per list

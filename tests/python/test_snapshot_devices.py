@@ -171,9 +171,22 @@ def test_device_lists_sharing_one_huge_list_are_refused_as_a_bomb(tmp_path):
     assert time.monotonic() - start < 60
 
 
-def test_more_devices_than_supported_is_a_clear_error(tmp_path):
+def test_a_device_past_the_last_cuda_ordinal_is_a_clear_error(tmp_path):
     entry = {"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "time_us": 1}
     path = tmp_path / "many.pickle"
-    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [[]] * 64 + [[entry]]}))
-    with pytest.raises(rs.TraceFormatError, match="names device 64; at most 64 CUDA devices"):
+    path.write_bytes(pickle.dumps({"segments": [{"device": 40000, "address": 0, "total_size": 2097152,
+                                                 "blocks": []}], "device_traces": [[entry]]}))
+    with pytest.raises(rs.TraceFormatError, match="names device 40000; CUDA devices are numbered 0 to 32767"):
+        rs.load(path)
+
+
+def test_many_devices_over_many_segments_is_refused_not_replayed_for_minutes(tmp_path):
+    """Each device is replayed on its own over every segment: a small file naming thousands of
+    devices and thousands of segments (shared through the memo) asks for more work than its size
+    can, and is refused."""
+    entry = {"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "time_us": 1}
+    segment = {"device": 0, "address": 0, "total_size": 2097152, "blocks": []}
+    path = tmp_path / "devices.pickle"
+    path.write_bytes(pickle.dumps({"segments": [segment] * 20_000, "device_traces": [[entry]] * 5_000}))
+    with pytest.raises(rs.TraceFormatError, match="5000 devices over 20000 segments is more than"):
         rs.load(path)
