@@ -149,7 +149,8 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
         if value == 0:
             continue
         inferred = p["inferred_by_category"].get(name, 0)
-        note = f"  ({format_bytes(inferred)} inferred from lifetimes)" if inferred else ""
+        how = "inferred" if snap else "inferred from lifetimes"  # a snapshot's: by the rules below
+        note = f"  ({format_bytes(inferred)} {how})" if inferred else ""
         out.append(f"  {name:<16} {format_bytes(value):>10}  {100 * value / total:5.1f}%{note}")
     unknown = p["by_category"].get("unknown", 0)
     if total and unknown / total >= 0.01:
