@@ -13,7 +13,8 @@ loaded.
 
 Then, in a fresh process per repetition (so the peak RSS is the reader's own), times
 ``rs.load(path)`` (the restricted unpickler, the replay through the inference, the analysis) and
-``report.summary()`` and reads the process's peak RSS. Sizes given with --entries are measured
+``report.summary()`` (wall time, and the CPU time of the process, which other load on the
+machine inflates less) and reads the process's peak RSS. Sizes given with --entries are measured
 interleaved (a, b, a, b, ...). Prints ONE JSON object on stdout; progress goes to stderr.
 
     .venv/bin/python benchmarks/bench_snapshot_import.py                       # 10^6 entries
@@ -158,17 +159,21 @@ def generate(entries_wanted: int) -> dict:
 
 
 CHILD = r"""
-import json, resource, sys, time
+import json, os, resource, sys, time
 t0 = time.perf_counter()
 import ridgescope as rs
 imported = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-t1 = time.perf_counter()
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+t1, c1 = time.perf_counter(), cpu()
 report = rs.load(sys.argv[1])
 t2 = time.perf_counter()
 text = report.summary()
-t3 = time.perf_counter()
+t3, c3 = time.perf_counter(), cpu()
 d = report.to_dict()
-print(json.dumps({"load_s": t2 - t1, "summary_s": t3 - t2, "load_and_report_s": t3 - t1,
+print(json.dumps({"load_s": t2 - t1, "summary_s": t3 - t2, "load_and_report_s": t3 - t1, "cpu_s": c3 - c1,
+                  "load_average": os.getloadavg()[0],
                   "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                   "rss_after_import_bytes": imported * 1024, "peak_bytes": d["peak"]["bytes"],
                   "unknown_at_peak_bytes": d["peak"]["by_category"]["unknown"],
@@ -219,12 +224,15 @@ def main() -> int:
     for n, r in results.items():
         runs = r["runs"]
         med = {k: statistics.median(x[k] for x in runs) for k in ("load_s", "summary_s", "load_and_report_s",
-                                                                   "peak_rss_bytes", "rss_after_import_bytes")}
+                                                                   "cpu_s", "peak_rss_bytes",
+                                                                   "rss_after_import_bytes")}
         out["sizes"].append({
             "entries_asked": n, "trace_entries": r["trace_entries"], "file_bytes": r["file_bytes"],
             "median_load_s": round(med["load_s"], 3), "median_summary_s": round(med["summary_s"], 4),
             "median_load_and_report_s": round(med["load_and_report_s"], 3),
             "max_load_and_report_s": round(max(x["load_and_report_s"] for x in runs), 3),
+            "median_cpu_s": round(med["cpu_s"], 3),
+            "load_averages": [round(x["load_average"], 1) for x in runs],
             "median_peak_rss_bytes": int(med["peak_rss_bytes"]),
             "median_rss_above_import_bytes": int(med["peak_rss_bytes"] - med["rss_after_import_bytes"]),
             "rss_above_import_per_file_byte": round((med["peak_rss_bytes"] - med["rss_after_import_bytes"])

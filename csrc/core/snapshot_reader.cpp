@@ -265,6 +265,7 @@ class Converter {
     set_device();
     if (traces != nullptr && device_index_ < traces->list().size()) {
       const PickleValue& list = traces->list()[device_index_];
+      entries_.reserve(list.list().size());
       std::size_t i = 0;
       for (const PickleValue& t : list.list()) {
         const std::string where = "device_traces[" + std::to_string(device_index_) + "][" + std::to_string(i++) + "]";
