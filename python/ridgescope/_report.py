@@ -69,6 +69,8 @@ class Report:
         reads, every allocation carrying its ridgescope category (docs/snapshot.md). Needs the
         report's source file (``trace.path``). Returns counts of what was written."""
         from ._snapshot import write_snapshot
+        if device is None and self._data.get("snapshot"):  # a snapshot read device by device: that device
+            device = self._data["device"] if self._data["device"].startswith("cuda:") else None
         return write_snapshot(self._data["trace"]["path"], path, device)
 
     # ------------------------------------------------------------------ data

@@ -105,7 +105,8 @@ def write_snapshot(source: str | os.PathLike[str], out: str | os.PathLike[str],
     try:
         if kind == "trace":
             return dict(_C.write_snapshot(str(source), str(out), **args))
-        with replayed_trace(source) as (temp, _conf):
+        index = cuda_index(device) if device and device.startswith("cuda:") else None
+        with replayed_trace(source, index) as (temp, _conf):  # that device, else the highest peak
             return dict(_C.write_snapshot(str(temp), str(out), **args))
     except _C.TraceError as exc:
         raise TraceFormatError(str(exc)) from None

@@ -190,3 +190,11 @@ def test_many_devices_over_many_segments_is_refused_not_replayed_for_minutes(tmp
     path.write_bytes(pickle.dumps({"segments": [segment] * 20_000, "device_traces": [[entry]] * 5_000}))
     with pytest.raises(rs.TraceFormatError, match="5000 devices over 20000 segments is more than"):
         rs.load(path)
+
+
+def test_the_export_of_a_report_read_for_one_device_is_that_device(tmp_path):
+    path = tmp_path / "two.pickle"
+    path.write_bytes(pickle.dumps(two_devices()))
+    out = tmp_path / "export.pickle"
+    rs.load(path, device="cuda:0").to_snapshot(out)
+    assert rs.load(out).peak_bytes == 4096 + 8192  # cuda:0's, not the highest peak
