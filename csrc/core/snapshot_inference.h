@@ -91,6 +91,9 @@ enum class InferenceRule : std::uint8_t {
 // in backward").
 std::string_view inference_rule_id(InferenceRule rule) noexcept;
 std::string_view inference_rule_reason(InferenceRule rule) noexcept;
+// The reason as reports print it: the rule's text with what decided it (`detail`: a frame, a
+// user rule's match, a place in the code), e.g. "allocated under torch/optim/adamw.py _init_group".
+std::string inference_reason_text(InferenceRule rule, Category category, std::string_view detail);
 
 // cuBLAS's default workspace (CUBLAS_WORKSPACE_CONFIG ":4096:2:16:8", every GPU before Hopper):
 // 2 x 4096 KiB + 8 x 16 KiB.
