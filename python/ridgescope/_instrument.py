@@ -22,10 +22,10 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_flatten
 
-from . import _model_info
+from . import _compile, _model_info
 
 BUILTIN_PHASES = ("forward", "backward", "optimizer_step", "zero_grad", "checkpoint", "eval",
-                  "data", "recompute")
+                  "data", "recompute", "compile")
 
 
 class Instrumentation:
@@ -34,6 +34,7 @@ class Instrumentation:
     def __init__(self, native: Any, model: torch.nn.Module | None,
                  optimizer: torch.optim.Optimizer | None, activations: bool = True) -> None:
         self._native = native
+        model = _compile.unwrap_module(model)  # torch.compile(model): the model it compiled
         self._model = model
         self._optimizer = optimizer
         self._activations = activations
@@ -59,6 +60,10 @@ class Instrumentation:
         self._state_shapes: dict[int, tuple[int, int, int]] = {}
         self.failed = False
         self.error: str | None = None
+        # ridgescope's global module hooks (taken out while compiled code runs: _compile.py)
+        self.module_hook_handles: list[Any] = []
+        # Pieces with their own install()/remove(), installed after the hooks, removed first.
+        self.extensions: list[Any] = [_compile.CompileTracking(self)]
 
     # ----------------------------------------------------------------------------- labels
     def label(self, text: str) -> int:
@@ -276,7 +281,7 @@ class Instrumentation:
     # The module hooks run for every module call, so each is one Python frame with its own
     # guard rather than a guarded wrapper around a method.
     def _module_pre_hook(self, module: torch.nn.Module, args: tuple) -> None:
-        if self.failed:
+        if _is_compiling() or self.failed:  # traced by Dynamo: nothing to do (_compile.py)
             return
         try:
             calls = getattr(self._local, "calls", None)
@@ -290,7 +295,7 @@ class Instrumentation:
             self.fail(f"{type(exc).__name__}: {exc}")
 
     def _module_post_hook(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
-        if self.failed:
+        if _is_compiling() or self.failed:
             return
         try:
             calls = self._local.calls
@@ -375,15 +380,17 @@ class Instrumentation:
                         if guarded_after is not None:
                             guarded_after()
                         end(phase)
-            return wrapper
+            # under torch.compile: seen by Dynamo as the original (_compile.py)
+            return _compile.transparent(original, wrapper)
         return make
 
     def install(self) -> None:
         g = self._guard
         mm = torch.nn.modules.module
-        self._handles.append(mm.register_module_forward_pre_hook(self._module_pre_hook))
-        self._handles.append(mm.register_module_forward_hook(self._module_post_hook,
-                                                             always_call=True))
+        self.module_hook_handles = [
+            mm.register_module_forward_pre_hook(self._module_pre_hook),
+            mm.register_module_forward_hook(self._module_post_hook, always_call=True)]
+        self._handles.extend(self.module_hook_handles)
 
         self._patch(torch.autograd, "backward",
                     self._phase_wrapper("backward", self.tag_gradients, self._tag_loss))
@@ -407,6 +414,8 @@ class Instrumentation:
             self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(
                 native.pack_saved, _identity)
             self._saved_hooks.__enter__()
+        for extension in self.extensions:
+            extension.install()
 
     def _tag_loss(self, tensors: Any = None, *args: Any, **kwargs: Any) -> None:
         """The tensor backward starts from (the loss) is an output of the step's forward."""
@@ -433,6 +442,11 @@ class Instrumentation:
 
     def remove(self) -> None:
         """Removes every hook and patch; safe to call twice."""
+        for extension in reversed(self.extensions):
+            try:
+                extension.remove()
+            except Exception:
+                pass
         for handle in self._handles:
             try:
                 handle.remove()
@@ -452,3 +466,11 @@ class Instrumentation:
 
 def _identity(x: Any) -> Any:
     return x
+
+
+_is_compiling = torch.compiler.is_compiling
+# The hooks, every guarded callback and the unpack hook may run in a compiled region's eager
+# parts: Dynamo runs them as plain Python (_compile.py). _guard(None, ...) only builds the one
+# code object all guarded callbacks share.
+_compile.run_as_python(Instrumentation._module_pre_hook, Instrumentation._module_post_hook,
+                       Instrumentation._guard(None, _identity), _identity)  # type: ignore[arg-type]

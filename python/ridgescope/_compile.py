@@ -1,0 +1,354 @@
+"""torch.compile under tracking (docs/compile.md).
+
+Dynamo must see a tracked run exactly as it sees the same run untracked: the same frames, the
+same graphs, the same guards. Three mechanisms keep it so, all decided from torch's own code
+(torch/_dynamo in 2.11 and 2.14):
+
+* **Compiled regions are hook-free.** A call of a compiled module (an ``OptimizedModule`` from
+  ``torch.compile(module)``, a module's ``compile()``) or of a function compiled while tracking
+  is a *region*: ridgescope's global module hooks are taken out of torch's hook dictionaries
+  while it runs, so Dynamo traces ``forward`` as it would untracked (no hook inlined into the
+  graph, ``_call_impl`` not traced), ``OptimizedModule.__call__`` does not warn about global
+  hooks, and the guards Dynamo installs at compile time see at run time the same dictionaries.
+  The region itself stands in for the hooks: it opens ``forward`` (or ``eval``), tags the inputs
+  and the output, and names the module (or function) that allocations inside it come from.
+* **Compiling is a phase.** Dynamo's compile callbacks (``torch._dynamo.callback``: start and
+  end of a frame's compilation, of a lazily compiled backward, of a CUDA-graph recording; in
+  2.11 and 2.14) open and close ``compile``, and take the module hooks out for the compilation
+  (nn-module hook dictionaries are not guarded unless
+  ``torch._dynamo.config.skip_nnmodule_hook_guards`` is off, in which case they stay and are
+  traced as no-ops).
+* **ridgescope's own frames are never converted.** Where ridgescope's Python runs inside a
+  compiled region's eager parts (after a graph break), its code objects carry a frame
+  strategy that tells Dynamo's frame evaluator to run them as plain Python (helpers: the frame
+  and everything it calls; wrappers around torch functions: the frame only, so what they call
+  is treated as without them). Hooks that Dynamo may still inline (an optimizer hook inside a
+  compiled train step) return at once under ``torch.compiler.is_compiling()``.
+
+Nothing here imports ``torch._dynamo`` before the program does: the support is installed when
+tracking starts if Dynamo is already loaded, or at the first ``torch.compile`` otherwise.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from typing import Any, Callable
+
+import torch
+
+_is_compiling = torch.compiler.is_compiling
+
+# ------------------------------------------------------------------------ frame strategies
+try:  # both 2.11 and 2.14 have these (torch/_dynamo/eval_frame.py imports them the same way)
+    from torch._C._dynamo.eval_frame import (  # type: ignore[attr-defined]
+        _FrameAction, _FrameExecStrategy, set_code_exec_strategy)
+    _SKIP_ALL = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+    _SKIP_FRAME = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.DEFAULT)
+except Exception:  # a torch without Dynamo's frame evaluator: nothing to keep out
+    set_code_exec_strategy = None
+
+
+def _code(fn: Any) -> Any:
+    fn = getattr(fn, "__func__", fn)
+    return getattr(fn, "__code__", None)
+
+
+def run_as_python(*fns: Any) -> None:
+    """Dynamo's frame evaluator runs these functions, and everything they call, as plain Python:
+    never converted, never counted in ``torch._dynamo.utils.counters``. Costs nothing outside
+    compiled code (the strategy is read only where Dynamo intercepts a frame)."""
+    for fn in fns:
+        code = _code(fn)
+        if set_code_exec_strategy is not None and code is not None:
+            set_code_exec_strategy(code, _SKIP_ALL)
+
+
+def run_frame_as_python(*fns: Any) -> None:
+    """The function's own frame is never converted; what it calls is treated as without it (a
+    wrapper around a torch function: the torch function's frames behave as untracked)."""
+    for fn in fns:
+        code = _code(fn)
+        if set_code_exec_strategy is not None and code is not None:
+            set_code_exec_strategy(code, _SKIP_FRAME)
+
+
+def _disabled_code() -> Any:
+    try:
+        return torch._disable_dynamo(lambda: None).__code__
+    except Exception:
+        return None
+
+
+_DISABLED_CODE = _disabled_code()
+
+
+def transparent(original: Callable[..., Any], wrapper: Callable[..., Any]) -> Callable[..., Any]:
+    """``wrapper`` (ridgescope's phase wrapper around a torch function) as Dynamo should see it:
+    as ``original``. A function torch marks ``_disable_dynamo`` (``Optimizer.zero_grad``) makes
+    Dynamo break the graph at its call and run it eagerly; the wrapper is marked the same way,
+    under the same name, so the break and its reason stay the same. Any other function is traced
+    straight through to ``original`` while compiling."""
+    functools.update_wrapper(wrapper, original)
+    if _DISABLED_CODE is not None and getattr(original, "__code__", None) is _DISABLED_CODE:
+        return torch._disable_dynamo(wrapper)
+    if getattr(original, "_torchdynamo_disable", False):
+        from torch._dynamo import disable
+        return disable(wrapper)
+
+    @functools.wraps(original)
+    def traced_as_original(*args: Any, **kwargs: Any) -> Any:
+        if _is_compiling():
+            return original(*args, **kwargs)
+        return wrapper(*args, **kwargs)
+    run_frame_as_python(traced_as_original, wrapper)
+    return traced_as_original
+
+
+def unwrap_module(module: Any) -> Any:
+    """The module a user's compiled module stands for (``OptimizedModule._orig_mod``): its
+    parameter names carry no ``_orig_mod.`` prefix."""
+    seen = 0
+    while module is not None and type(module).__name__ == "OptimizedModule" and seen < 8:
+        inner = getattr(module, "_orig_mod", None)
+        if not isinstance(inner, torch.nn.Module):
+            break
+        module, seen = inner, seen + 1
+    return module
+
+
+# ------------------------------------------------------------------------ hidden hooks
+class _HiddenHooks:
+    """Takes hooks out of torch's hook dictionaries and puts them back in their order. Nested
+    (a compiled block inside a compiled model, a compilation inside a region): the first hide
+    takes them out, the last show puts them back. Process-global, as the dictionaries are."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._handles: list[Any] = []
+        self._taken: list[tuple[Any, list[Any], Any, Any]] = []  # (dict, keys order, key, value)
+
+    def set_handles(self, handles: list[Any]) -> None:
+        self._handles = list(handles)
+
+    def hide(self) -> None:
+        with self._lock:
+            self._depth += 1
+            if self._depth != 1:
+                return
+            taken = []
+            for h in self._handles:
+                refs = [h.hooks_dict_ref, *getattr(h, "extra_dict_ref", ())]
+                for ref in refs:
+                    d = ref()
+                    if d is not None and h.id in d:
+                        taken.append((d, list(d.keys()), h.id, d.pop(h.id)))
+            self._taken = taken
+
+    def show(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                return
+            self._depth -= 1
+            if self._depth != 0:
+                return
+            taken, self._taken = self._taken, []
+            for d, order, key, value in reversed(taken):
+                d[key] = value
+                # back where it was: the keys after it in the old order move behind it again
+                after = order[order.index(key) + 1:]
+                for k in after:
+                    if k in d:
+                        d.move_to_end(k)
+
+    @property
+    def hidden(self) -> bool:
+        return self._depth > 0
+
+
+# ------------------------------------------------------------------------ the tracker
+_current: "CompileTracking | None" = None  # the tracking session's compile support, or None
+
+
+class CompileTracking:
+    """The compile support of one session (an extension of ``Instrumentation``)."""
+
+    def __init__(self, instr: Any) -> None:
+        self._instr = instr
+        self._hidden = _HiddenHooks()
+        self._installed = False  # Dynamo-side pieces (callbacks, OptimizedModule patch)
+        self._restore: list[Callable[[], None]] = []
+        self._compile_hid: list[bool] = []  # per open compilation: did it hide the hooks
+        self._compile_opened: list[bool] = []
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ install / remove
+    def install(self) -> None:
+        global _current
+        _current = self
+        self._hidden.set_handles(self._instr.module_hook_handles)
+        self._patch(torch, "compile", _make_compile(torch.compile))
+        self._patch(torch.nn.Module, "compile", _make_module_compile(torch.nn.Module.compile))
+        if "torch._dynamo" in sys.modules:
+            self._install_dynamo()
+        model = getattr(self._instr, "_model", None)
+        if model is not None:
+            for m in model.modules():
+                _wrap_compiled_call_impl(m)
+
+    def remove(self) -> None:
+        global _current
+        if _current is self:
+            _current = None
+        for restore in reversed(self._restore):
+            try:
+                restore()
+            except Exception:
+                pass
+        self._restore.clear()
+        while self._hidden.hidden:
+            self._hidden.show()
+
+    def _patch(self, owner: Any, attr: str, new: Any) -> None:
+        original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        setattr(owner, attr, new)
+        self._restore.append(lambda: setattr(owner, attr, original))
+
+    def _install_dynamo(self) -> None:
+        """Compile callbacks and the OptimizedModule region; once torch._dynamo is loaded."""
+        if self._installed:
+            return
+        self._installed = True
+        try:
+            from torch._dynamo.callback import callback_handler
+            from torch._dynamo.eval_frame import OptimizedModule
+        except Exception:  # a torch without them: compiled code still runs, unmarked
+            return
+        start, end = self._instr._guard(self._on_compile_start), self._instr._guard(self._on_compile_end)
+        run_as_python(start, end)
+        callback_handler.register_start_callback(start)
+        callback_handler.register_end_callback(end)
+
+        def unregister() -> None:
+            for remove, cb in ((callback_handler.remove_start_callback, start),
+                               (callback_handler.remove_end_callback, end)):
+                try:
+                    remove(cb)
+                except ValueError:  # torch._dynamo.reset() cleared them already
+                    pass
+        self._restore.append(unregister)
+        self._patch(OptimizedModule, "__call__", _make_optimized_call(OptimizedModule.__call__))
+
+    # ------------------------------------------------------------------ compilation
+    def _on_compile_start(self, args: Any = None) -> None:
+        hide = not self._hidden.hidden and _hook_dicts_unguarded()
+        if hide or self._hidden.hidden:
+            self._hidden.hide()
+            hide = True
+        opened = self._instr.begin_phase("compile", explicit=False)
+        with self._lock:
+            self._compile_hid.append(hide)
+            self._compile_opened.append(opened)
+
+    def _on_compile_end(self, args: Any = None) -> None:
+        with self._lock:
+            hid = self._compile_hid.pop() if self._compile_hid else False
+            opened = self._compile_opened.pop() if self._compile_opened else False
+        if opened:
+            self._instr.end_phase("compile")
+        if hid:
+            self._hidden.show()
+
+    # ------------------------------------------------------------------ regions
+    def module_region(self, module: torch.nn.Module, call: Callable[..., Any], args: tuple,
+                      kwargs: dict) -> Any:
+        """A compiled module's call: hooks hidden, the module's own pre/post hook work done here."""
+        instr = self._instr
+        self._hidden.hide()
+        # a failed pre marks the session failed, and every later guarded call returns at once
+        instr._guard(instr._on_module_pre)(module, args, kwargs)
+        try:
+            out = call(*args, **kwargs)
+        except BaseException:
+            instr._guard(instr._on_module_post)(module, args, kwargs, None)
+            self._hidden.show()
+            raise
+        instr._guard(instr._on_module_post)(module, args, kwargs, out)
+        self._hidden.show()
+        return out
+
+
+def _hook_dicts_unguarded() -> bool:
+    try:
+        import torch._dynamo.config as cfg
+        return bool(getattr(cfg, "skip_nnmodule_hook_guards", True))
+    except Exception:
+        return True
+
+
+# ------------------------------------------------------------------------ wrappers
+def _region_or_call(module: Any, call: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    tracker = _current
+    if tracker is None or _is_compiling():
+        return call(*args, **kwargs)
+    return tracker.module_region(module, call, args, kwargs)
+
+
+def _make_optimized_call(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return _region_or_call(self._orig_mod, functools.partial(original, self), args, kwargs)
+    run_frame_as_python(__call__)
+    return __call__
+
+
+def _wrap_compiled_call_impl(module: torch.nn.Module) -> None:
+    """``module.compile()`` stored a compiled ``_call_impl``: its calls become regions (the
+    wrapper stays in the module after tracking, and does nothing then)."""
+    compiled = module.__dict__.get("_compiled_call_impl")
+    if compiled is None or getattr(compiled, "_ridgescope_region", False):
+        return
+    ref = _module_ref(module)
+
+    @functools.wraps(compiled)
+    def compiled_call_impl(*args: Any, **kwargs: Any) -> Any:
+        m = ref()
+        if m is None:
+            return compiled(*args, **kwargs)
+        return _region_or_call(m, compiled, args, kwargs)
+    compiled_call_impl._ridgescope_region = True  # type: ignore[attr-defined]
+    run_frame_as_python(compiled_call_impl)
+    module.__dict__["_compiled_call_impl"] = compiled_call_impl
+
+
+def _module_ref(module: torch.nn.Module) -> Callable[[], Any]:
+    import weakref
+    try:
+        return weakref.ref(module)
+    except TypeError:
+        return lambda: module
+
+
+def _make_module_compile(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def compile(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        tracker = _current
+        if tracker is not None:
+            tracker._instr._guard(tracker._install_dynamo)()
+            tracker._instr._guard(_wrap_compiled_call_impl)(self)
+        return result
+    return compile
+
+
+def _make_compile(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def compile(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        tracker = _current
+        if tracker is not None:  # Dynamo is loaded now: its callbacks and regions can be set up
+            tracker._instr._guard(tracker._install_dynamo)()
+        return result
+    run_frame_as_python(compile)
+    return compile
