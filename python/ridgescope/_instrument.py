@@ -400,10 +400,18 @@ class Instrumentation:
         self._patch(torch, "save", self._phase_wrapper("checkpoint"))
 
         import torch.optim.optimizer as opt_mod
-        self._handles.append(opt_mod.register_optimizer_step_pre_hook(
-            g(lambda opt, args, kwargs: self._on_step_pre(opt))))
-        self._handles.append(opt_mod.register_optimizer_step_post_hook(
-            g(lambda opt, args, kwargs: self._on_step_post(opt))))
+        pre, post = g(self._on_step_pre), g(self._on_step_post)
+
+        def step_pre_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            if not _is_compiling():  # traced inside a compiled train step: nothing to do
+                pre(opt)
+
+        def step_post_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            if not _is_compiling():
+                post(opt)
+        _compile.run_as_python(step_pre_hook, step_post_hook)
+        self._handles.append(opt_mod.register_optimizer_step_pre_hook(step_pre_hook))
+        self._handles.append(opt_mod.register_optimizer_step_post_hook(step_post_hook))
 
         trainable = [p for p in self._params if p.requires_grad]
         self._native.watch_parameters(
