@@ -176,18 +176,23 @@ class CompileTracking:
 
     def __init__(self, instr: Any) -> None:
         self._instr = instr
-        self._hidden = _HiddenHooks()
+        self._hidden = _HiddenHooks()  # every hook, for a region (compile and run alike)
+        self._hidden_compile = _HiddenHooks()  # the unguarded module hooks, for a compilation
         self._installed = False  # Dynamo-side pieces (callbacks, OptimizedModule patch)
         self._restore: list[Callable[[], None]] = []
         self._compile_hid: list[bool] = []  # per open compilation: did it hide the hooks
         self._compile_opened: list[bool] = []
         self._lock = threading.Lock()
+        self._regions: list[_FunctionCall] = []  # open calls of compiled functions
+        self._in_listener = False
 
     # ------------------------------------------------------------------ install / remove
     def install(self) -> None:
         global _current
         _current = self
-        self._hidden.set_handles(self._instr.module_hook_handles)
+        self._hidden.set_handles(self._instr.hook_handles)
+        self._hidden_compile.set_handles(self._instr.module_hook_handles)
+        self._instr.phase_listeners.append(self._instr._guard(self._on_phase))
         self._patch(torch, "compile", _make_compile(torch.compile))
         self._patch(torch.nn.Module, "compile", _make_module_compile(torch.nn.Module.compile))
         if "torch._dynamo" in sys.modules:
@@ -207,8 +212,9 @@ class CompileTracking:
             except Exception:
                 pass
         self._restore.clear()
-        while self._hidden.hidden:
-            self._hidden.show()
+        for hidden in (self._hidden, self._hidden_compile):
+            while hidden.hidden:
+                hidden.show()
 
     def _patch(self, owner: Any, attr: str, new: Any) -> None:
         original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
@@ -242,10 +248,12 @@ class CompileTracking:
 
     # ------------------------------------------------------------------ compilation
     def _on_compile_start(self, args: Any = None) -> None:
+        # Inside a region everything is out already. Elsewhere (code compiled before tracking
+        # began) only the module hooks may go: Dynamo guards the optimizer hook dictionaries,
+        # which must look the same when the compiled code runs.
         hide = not self._hidden.hidden and _hook_dicts_unguarded()
-        if hide or self._hidden.hidden:
-            self._hidden.hide()
-            hide = True
+        if hide:
+            self._hidden_compile.hide()
         opened = self._instr.begin_phase("compile", explicit=False)
         with self._lock:
             self._compile_hid.append(hide)
@@ -258,7 +266,7 @@ class CompileTracking:
         if opened:
             self._instr.end_phase("compile")
         if hid:
-            self._hidden.show()
+            self._hidden_compile.show()
 
     # ------------------------------------------------------------------ regions
     def module_region(self, module: torch.nn.Module, call: Callable[..., Any], args: tuple,
@@ -277,6 +285,144 @@ class CompileTracking:
         instr._guard(instr._on_module_post)(module, args, kwargs, out)
         self._hidden.show()
         return out
+
+    def in_function_region(self) -> bool:
+        return bool(self._regions)
+
+    def function_region(self, fn: "_CompiledFunction", call: Callable[..., Any], args: tuple,
+                        kwargs: dict) -> Any:
+        """A call of a function compiled while tracking (a compiled train step). Dynamo leaves
+        eager only what it cannot trace (``zero_grad``, ``backward``); the compiled code between
+        them gets its phases here: ``forward`` from the call to the first ``zero_grad`` or
+        ``backward``, and ``optimizer_step`` from the end of ``backward`` to the end of the call
+        when the call updates the parameters (learnt from the call before; on the first call,
+        when an optimizer is known). A call that updated the parameters counts a step."""
+        instr = self._instr
+        self._hidden.hide()
+        region = instr._guard(self._enter_function)(fn, args, kwargs)
+        try:
+            out = call(*args, **kwargs)
+        except BaseException:
+            instr._guard(self._exit_function)(region, False)
+            self._hidden.show()
+            raise
+        instr._guard(self._exit_function)(region, True)
+        self._hidden.show()
+        return out
+
+    def _enter_function(self, fn: "_CompiledFunction", args: tuple,
+                        kwargs: dict) -> "_FunctionCall":
+        instr = self._instr
+        owned = (not self._regions and not instr._depth() and not instr._phase_stack)
+        call = _FunctionCall(fn, owned)
+        self._regions.append(call)
+        if owned:
+            call.training = torch.is_grad_enabled()
+            if call.training and fn.zero_grad_first:
+                call.resume_forward = True  # forward starts when its zero_grad ends
+            else:
+                self._open(call, "forward" if call.training else "eval")
+            if call.training:
+                from torch.utils._pytree import tree_flatten
+                label = instr.label("input")
+                for t in tree_flatten((args, kwargs))[0]:
+                    if isinstance(t, torch.Tensor):
+                        instr._native.tag(t, "input", label, True)
+            call.versions = _versions(instr._params)
+        instr._native.enter_module(instr.label(f"activation saved in {fn.name}"),
+                                   instr.label(fn.name))
+        return call
+
+    def _exit_function(self, call: "_FunctionCall | None", finished: bool) -> None:
+        if call is None:
+            return
+        instr = self._instr
+        if self._regions and self._regions[-1] is call:
+            self._regions.pop()
+        instr._native.exit_module()
+        if not call.owned:
+            return
+        self._close(call)
+        stepped = call.versions is not None and _versions(instr._params) != call.versions
+        if finished:
+            call.fn.steps = stepped
+        if stepped:
+            optimizer = instr._optimizer or instr._counted_optimizer
+            if optimizer is not None:
+                instr.tag_optimizer_state(optimizer)
+                if instr._counted_optimizer is None:
+                    instr._counted_optimizer = optimizer
+            instr._native.step(instr._step)
+            instr._step += 1
+
+    def _open(self, call: "_FunctionCall", phase: str) -> None:
+        self._in_listener = True
+        try:
+            if self._instr.begin_phase(phase, explicit=False):
+                call.phase = phase
+        finally:
+            self._in_listener = False
+
+    def _close(self, call: "_FunctionCall") -> None:
+        if call.phase is None:
+            return
+        phase, call.phase = call.phase, None
+        self._in_listener = True
+        try:
+            self._instr.end_phase(phase)
+        finally:
+            self._in_listener = False
+
+    def _on_phase(self, name: str, begun: bool) -> None:
+        """Phases torch runs eagerly inside a compiled train step split its compiled code."""
+        if self._in_listener or not self._regions:
+            return
+        call = self._regions[-1]
+        if not call.owned or not call.training:
+            return
+        if begun and name in ("zero_grad", "backward") and call.phase == "forward":
+            self._close(call)
+            call.resume_forward = name == "zero_grad" and not call.backward_seen
+            if call.resume_forward and not call.forward_reopened:
+                call.fn.zero_grad_first = True  # next time forward starts after zero_grad
+        elif not begun and name == "zero_grad":
+            if call.versions is None or not call.versions:
+                call.versions = _versions(self._instr._params)  # the optimizer was found now
+            if call.resume_forward:
+                call.resume_forward = False
+                call.forward_reopened = True
+                self._open(call, "forward")
+        elif not begun and name == "backward":
+            call.backward_seen = True
+            known = self._instr._optimizer is not None or self._instr._counted_optimizer is not None
+            if call.fn.steps or (call.fn.steps is None and known):
+                self._open(call, "optimizer_step")
+
+
+class _CompiledFunction:
+    """What ridgescope keeps of one function compiled while tracking."""
+
+    def __init__(self, fn: Any) -> None:
+        self.name = f"{getattr(fn, '__qualname__', None) or getattr(fn, '__name__', 'function')} (compiled)"
+        self.steps: bool | None = None  # whether its last call updated the parameters
+        self.zero_grad_first = False  # whether its calls begin with an optimizer's zero_grad
+
+
+class _FunctionCall:
+    def __init__(self, fn: _CompiledFunction, owned: bool) -> None:
+        self.fn = fn
+        self.owned = owned  # outermost: its phases are ridgescope's to open
+        self.training = False
+        self.phase: str | None = None  # the phase this call opened and has not closed
+        self.resume_forward = False
+        self.backward_seen = False
+        self.forward_reopened = False
+        self.versions: list[int] | None = None
+
+
+def _versions(params: list[torch.Tensor]) -> list[int]:
+    """The parameters' version counters: an optimizer step (eager or compiled) bumps them."""
+    return [p._version for p in params]
 
 
 def _hook_dicts_unguarded() -> bool:
@@ -349,6 +495,35 @@ def _make_compile(original: Callable[..., Any]) -> Callable[..., Any]:
         tracker = _current
         if tracker is not None:  # Dynamo is loaded now: its callbacks and regions can be set up
             tracker._instr._guard(tracker._install_dynamo)()
+            fn = args[0] if args else kwargs.get("model")
+            if _is_plain_function(fn) and callable(result) and result is not fn:
+                wrapped = tracker._instr._guard(_function_region_wrapper)(fn, result)
+                if wrapped is not None:
+                    return wrapped
         return result
     run_frame_as_python(compile)
     return compile
+
+
+def _is_plain_function(fn: Any) -> bool:
+    """A function or method to compile (not a module, not Module.compile's own _call_impl)."""
+    import types
+    if isinstance(fn, types.MethodType):
+        return fn.__func__ is not torch.nn.Module._call_impl
+    return isinstance(fn, types.FunctionType)
+
+
+def _function_region_wrapper(fn: Any, compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """The compiled function as the user gets it, its calls regions; after tracking it only
+    calls through (Dynamo, inlining it into another compiled function, reads the attributes
+    torch set on ``compiled``, copied here)."""
+    info = _CompiledFunction(fn)
+
+    @functools.wraps(compiled)
+    def compiled_function(*args: Any, **kwargs: Any) -> Any:
+        tracker = _current
+        if tracker is None or _is_compiling():
+            return compiled(*args, **kwargs)
+        return tracker.function_region(info, compiled, args, kwargs)
+    run_frame_as_python(compiled_function)
+    return compiled_function

@@ -60,10 +60,14 @@ class Instrumentation:
         self._state_shapes: dict[int, tuple[int, int, int]] = {}
         self.failed = False
         self.error: str | None = None
-        # ridgescope's global module hooks (taken out while compiled code runs: _compile.py)
+        # ridgescope's global module and optimizer hooks (out while compiled code runs: _compile.py)
+        self.hook_handles: list[Any] = []
         self.module_hook_handles: list[Any] = []
+        # Called as listener(name, begun) when a phase begins (before) and ends (after).
+        self.phase_listeners: list[Callable[[str, bool], None]] = []
         # Pieces with their own install()/remove(), installed after the hooks, removed first.
-        self.extensions: list[Any] = [_compile.CompileTracking(self)]
+        self.compile = _compile.CompileTracking(self)
+        self.extensions: list[Any] = [self.compile]
 
     # ----------------------------------------------------------------------------- labels
     def label(self, text: str) -> int:
@@ -115,6 +119,8 @@ class Instrumentation:
     def begin_phase(self, name: str, explicit: bool) -> bool:
         """Opens a phase. An automatic phase is skipped while an explicit phase of the same name
         is open (the user's markers win). Returns whether a phase was opened."""
+        for listener in self.phase_listeners:
+            listener(name, True)
         with self._phase_lock:
             if not explicit and any(n == name and e for n, e in self._phase_stack):
                 return False
@@ -134,6 +140,8 @@ class Instrumentation:
         self._native.phase_end(self.label(name))
         self._native.sample_allocator()
         self.check_native()
+        for listener in self.phase_listeners:
+            listener(name, False)
 
     def in_phase(self, name: str) -> bool:
         return any(n == name for n, _ in self._phase_stack)
@@ -390,12 +398,14 @@ class Instrumentation:
         self.module_hook_handles = [
             mm.register_module_forward_pre_hook(self._module_pre_hook),
             mm.register_module_forward_hook(self._module_post_hook, always_call=True)]
+        self.hook_handles = list(self.module_hook_handles)
         self._handles.extend(self.module_hook_handles)
 
         self._patch(torch.autograd, "backward",
                     self._phase_wrapper("backward", self.tag_gradients, self._tag_loss))
         self._patch(torch.autograd, "grad", self._phase_wrapper("backward"))
-        self._patch(torch.optim.Optimizer, "zero_grad", self._phase_wrapper("zero_grad"))
+        self._patch(torch.optim.Optimizer, "zero_grad",
+                    self._phase_wrapper("zero_grad", before=self._before_optimizer_zero_grad))
         self._patch(torch.nn.Module, "zero_grad", self._phase_wrapper("zero_grad"))
         self._patch(torch, "save", self._phase_wrapper("checkpoint"))
 
@@ -410,8 +420,9 @@ class Instrumentation:
             if not _is_compiling():
                 post(opt)
         _compile.run_as_python(step_pre_hook, step_post_hook)
-        self._handles.append(opt_mod.register_optimizer_step_pre_hook(step_pre_hook))
-        self._handles.append(opt_mod.register_optimizer_step_post_hook(step_post_hook))
+        self.hook_handles += [opt_mod.register_optimizer_step_pre_hook(step_pre_hook),
+                              opt_mod.register_optimizer_step_post_hook(step_post_hook)]
+        self._handles.extend(self.hook_handles[-2:])
 
         trainable = [p for p in self._params if p.requires_grad]
         self._native.watch_parameters(
@@ -424,6 +435,14 @@ class Instrumentation:
             self._saved_hooks.__enter__()
         for extension in self.extensions:
             extension.install()
+
+    def _before_optimizer_zero_grad(self, optimizer: Any = None, *args: Any, **kwargs: Any) -> None:
+        """Inside a compiled train step the optimizer's step hooks never run eagerly: the
+        optimizer is found at its zero_grad (a graph break Dynamo keeps), as it would be at its
+        first step in eager code."""
+        if (self._optimizer is None and isinstance(optimizer, torch.optim.Optimizer)
+                and self.compile.in_function_region()):
+            self._adopt_optimizer(optimizer)
 
     def _tag_loss(self, tensors: Any = None, *args: Any, **kwargs: Any) -> None:
         """The tensor backward starts from (the loss) is an output of the step's forward."""
