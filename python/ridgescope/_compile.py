@@ -182,6 +182,7 @@ class CompileTracking:
         self._restore: list[Callable[[], None]] = []
         self._compile_hid: list[bool] = []  # per open compilation: did it hide the hooks
         self._compile_opened: list[bool] = []
+        self._compile_ops: list[int | None] = []  # Dynamo's captured-call count at its start
         self._lock = threading.Lock()
         self._regions: list[_FunctionCall] = []  # open calls of compiled functions
         self._in_listener = False
@@ -258,13 +259,22 @@ class CompileTracking:
         with self._lock:
             self._compile_hid.append(hide)
             self._compile_opened.append(opened)
+            self._compile_ops.append(_ops_captured())
 
     def _on_compile_end(self, args: Any = None) -> None:
         with self._lock:
             hid = self._compile_hid.pop() if self._compile_hid else False
             opened = self._compile_opened.pop() if self._compile_opened else False
+            ops = self._compile_ops.pop() if self._compile_ops else None
         if opened:
             self._instr.end_phase("compile")
+        call = self._regions[-1] if self._regions else None
+        if (call is not None and call.owned and call.training and call.resume_forward
+                and not call.backward_seen and not call.zero_grad_seen and ops is not None
+                and _ops_captured() > ops):
+            # the first call's first graph has operations and runs now: that is its forward
+            call.resume_forward = False
+            self._open(call, "forward")
         if hid:
             self._hidden_compile.show()
 
@@ -318,8 +328,10 @@ class CompileTracking:
         self._regions.append(call)
         if owned:
             call.training = torch.is_grad_enabled()
-            if call.training and fn.zero_grad_first:
-                call.resume_forward = True  # forward starts when its zero_grad ends
+            if call.training and (fn.zero_grad_first or fn.steps is None):
+                # forward starts when its zero_grad ends; on the first call, also when the
+                # compiled code before anything eager turns out to hold tensor operations
+                call.resume_forward = True
             else:
                 self._open(call, "forward" if call.training else "eval")
             if call.training:
@@ -360,6 +372,7 @@ class CompileTracking:
         try:
             if self._instr.begin_phase(phase, explicit=False):
                 call.phase = phase
+                call.forward_opened = call.forward_opened or phase == "forward"
         finally:
             self._in_listener = False
 
@@ -380,17 +393,20 @@ class CompileTracking:
         call = self._regions[-1]
         if not call.owned or not call.training:
             return
+        if begun and name == "zero_grad":
+            call.zero_grad_seen = True
+            if call.resume_forward and not call.forward_opened:
+                call.fn.zero_grad_first = True  # the call begins with zero_grad
+        if begun and name == "backward" and call.resume_forward:
+            call.resume_forward = False  # no forward before this backward could be placed
         if begun and name in ("zero_grad", "backward") and call.phase == "forward":
             self._close(call)
             call.resume_forward = name == "zero_grad" and not call.backward_seen
-            if call.resume_forward and not call.forward_reopened:
-                call.fn.zero_grad_first = True  # next time forward starts after zero_grad
         elif not begun and name == "zero_grad":
             if call.versions is None or not call.versions:
                 call.versions = _versions(self._instr._params)  # the optimizer was found now
             if call.resume_forward:
                 call.resume_forward = False
-                call.forward_reopened = True
                 self._open(call, "forward")
         elif not begun and name == "backward":
             call.backward_seen = True
@@ -416,8 +432,18 @@ class _FunctionCall:
         self.phase: str | None = None  # the phase this call opened and has not closed
         self.resume_forward = False
         self.backward_seen = False
-        self.forward_reopened = False
+        self.forward_opened = False
+        self.zero_grad_seen = False
         self.versions: list[int] | None = None
+
+
+def _ops_captured() -> int | None:
+    """Dynamo's count of operations put into graphs so far (2.11 and 2.14 keep it)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    try:
+        return int(utils.counters["stats"]["calls_captured"]) if utils is not None else None
+    except Exception:
+        return None
 
 
 def _versions(params: list[torch.Tensor]) -> list[int]:
