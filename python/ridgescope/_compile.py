@@ -207,6 +207,7 @@ class CompileTracking:
         global _current
         if _current is self:
             _current = None
+        self._instr._guard(self._record_cuda_pools)()
         for restore in reversed(self._restore):
             try:
                 restore()
@@ -216,6 +217,18 @@ class CompileTracking:
         for hidden in (self._hidden, self._hidden_compile):
             while hidden.hidden:
                 hidden.show()
+
+    def _record_cuda_pools(self) -> None:
+        """CUDA graphs (``mode="reduce-overhead"``) allocate from private pools of the caching
+        allocator: when tracking stops, each pool's segments are summed from torch's own
+        snapshot into the trace's ``cuda_pools`` metadata (docs/compile.md)."""
+        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return
+        pools = summarize_pools(torch.cuda.memory_snapshot())
+        if any(p["pool_id"] != [0, 0] for p in pools):
+            import json
+            self._instr._native.metadata("cuda_pools", json.dumps(
+                {"measured": "when tracking stopped", "pools": pools}, sort_keys=True))
 
     def _patch(self, owner: Any, attr: str, new: Any) -> None:
         original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
@@ -449,6 +462,23 @@ def _ops_captured() -> int | None:
 def _versions(params: list[torch.Tensor]) -> list[int]:
     """The parameters' version counters: an optimizer step (eager or compiled) bumps them."""
     return [p._version for p in params]
+
+
+def summarize_pools(segments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """torch.cuda.memory_snapshot()'s segments summed per (device, segment_pool_id): the default
+    pool is (0, 0); a CUDA graph's or a MemPool's private pool has its own id. Bytes are the
+    segments' total (reserved) and allocated sizes."""
+    pools: dict[tuple[int, tuple[int, int]], dict[str, Any]] = {}
+    for seg in segments:
+        raw = seg.get("segment_pool_id") or (0, 0)
+        pool_id = (int(raw[0]), int(raw[1])) if len(raw) == 2 else (0, 0)
+        key = (int(seg.get("device", 0)), pool_id)
+        p = pools.setdefault(key, {"device": key[0], "pool_id": list(pool_id), "segments": 0,
+                                   "reserved_bytes": 0, "allocated_bytes": 0})
+        p["segments"] += 1
+        p["reserved_bytes"] += int(seg.get("total_size", 0))
+        p["allocated_bytes"] += int(seg.get("allocated_size", 0))
+    return [pools[k] for k in sorted(pools)]
 
 
 def _hook_dicts_unguarded() -> bool:

@@ -231,3 +231,60 @@ def test_a_compiled_module_given_to_track_is_named_as_the_model_it_compiles(tmp_
     labels = {b["label"] for b in r["peak"]["top_blocks"] if b["category"] == "parameter"}
     assert "head.weight" in labels and not any("_orig_mod" in l for l in labels)
     assert r["peak"]["by_category"]["parameter"] == param_bytes(model)
+
+
+# ------------------------------------------------------------------ pieces that need no compiler
+def test_cuda_graph_pools_are_summed_per_pool_from_torchs_segments():
+    """Given torch.cuda.memory_snapshot()'s segments (here as a GPU with two CUDA graph pools
+    would list them), then each (device, segment_pool_id) is its own pool with its segments'
+    reserved and allocated bytes, the default pool (0, 0) included, and the text report lists
+    them when a private pool exists."""
+    from ridgescope._compile import summarize_pools
+    from ridgescope._text import _pool_lines
+    MiB = 1 << 20
+    segments = [
+        {"device": 0, "segment_pool_id": (0, 0), "total_size": 20 * MiB, "allocated_size": 3 * MiB},
+        {"device": 0, "segment_pool_id": (0, 1), "total_size": 2 * MiB, "allocated_size": 512},
+        {"device": 0, "segment_pool_id": (0, 1), "total_size": 4 * MiB, "allocated_size": 4 * MiB},
+        {"device": 0, "segment_pool_id": (0, 0), "total_size": 2 * MiB, "allocated_size": 0},
+        {"device": 1, "segment_pool_id": (7, 0), "total_size": 2 * MiB, "allocated_size": MiB},
+    ]
+    pools = summarize_pools(segments)
+    assert pools == [
+        {"device": 0, "pool_id": [0, 0], "segments": 2, "reserved_bytes": 22 * MiB,
+         "allocated_bytes": 3 * MiB},
+        {"device": 0, "pool_id": [0, 1], "segments": 2, "reserved_bytes": 6 * MiB,
+         "allocated_bytes": 4 * MiB + 512},
+        {"device": 1, "pool_id": [7, 0], "segments": 1, "reserved_bytes": 2 * MiB,
+         "allocated_bytes": MiB},
+    ]
+    lines = _pool_lines({"metadata": {"cuda_pools": json.dumps({"pools": pools})}})
+    assert any("pool (0, 1)" in line and "6.00 MiB reserved in 2 segment(s)" in line for line in lines)
+    assert _pool_lines({"metadata": {"cuda_pools": json.dumps({"pools": pools[:1]})}}) == []
+    assert _pool_lines({"metadata": {}}) == []
+
+
+def test_hidden_hooks_come_back_in_their_order_and_nesting_needs_the_last_show():
+    """Given three global forward pre-hooks of which ridgescope owns the middle one, when it is
+    hidden twice (a compiled block inside a compiled model) and shown twice, then torch's hook
+    dictionary lacks it until the last show and then holds all three in the original order."""
+    from ridgescope._compile import _HiddenHooks
+    mm = torch.nn.modules.module
+    calls = []
+    handles = [mm.register_module_forward_pre_hook(lambda m, a, i=i: calls.append(i)) for i in range(3)]
+    try:
+        hidden = _HiddenHooks()
+        hidden.set_handles([handles[1]])
+        order = list(mm._global_forward_pre_hooks)
+        hidden.hide()
+        hidden.hide()
+        assert handles[1].id not in mm._global_forward_pre_hooks
+        hidden.show()
+        assert handles[1].id not in mm._global_forward_pre_hooks
+        hidden.show()
+        assert list(mm._global_forward_pre_hooks) == order
+        torch.nn.Identity()(torch.ones(1))
+        assert calls == [0, 1, 2]
+    finally:
+        for h in handles:
+            h.remove()
