@@ -12,6 +12,7 @@
 #include "cuda_allocator_source.h"
 #include "tracking_session.h"
 #include "allocator_model_bindings.h"
+#include "distributed_bindings.h"
 
 namespace py = pybind11;
 using ridgescope::Category;
@@ -73,6 +74,7 @@ ridgescope::EventKind to_event_kind(const std::string& name) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "ridgescope native core (see python/ridgescope for the public API)";
   ridgescope_bindings::bind_allocator_model(m);  // _C.AllocatorModel, simulate_allocator
+  ridgescope_bindings::bind_distributed(m);      // _C.ddp_buckets
   py::register_exception<ridgescope::TraceError>(m, "TraceError", PyExc_ValueError);
 
   m.attr("TRACE_FORMAT_VERSION") = ridgescope::trace_format::kVersion;
