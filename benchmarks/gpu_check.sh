@@ -86,6 +86,7 @@ d=$?
 compile_args=()
 ((dry)) && compile_args=(--dry-run)
 c_budget=$(budget 200); ((c_budget > 60)) && c_budget=60
+((dry)) && c_budget=$(budget 5)  # a dry run has nothing after it (and a slow CPU to run on)
 timeout "$c_budget" $PY benchmarks/gpu_check_compile.py --out "$files" "${compile_args[@]}"
 c=$?
 ((c == 124)) && echo "FAIL gpu_check_compile.py: ran out of its time budget (60 s)"
