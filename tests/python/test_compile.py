@@ -196,6 +196,35 @@ def test_without_the_saved_tensor_hook_unknown_stays_under_one_percent(tmp_path)
     assert life["peak"]["by_category"]["parameter"] == param_bytes(model)
 
 
+@pytest.mark.parametrize("how", ["module", "method"])
+def test_a_model_compiled_and_run_before_tracking_starts_is_not_recompiled(how, tmp_path):
+    """Given a model compiled (torch.compile(model) or model.compile()) and trained two steps
+    before rs.track starts, when three more steps are tracked, then Dynamo converts and compiles
+    nothing more (its counters do not move), nothing warns, and the tracked steps have their
+    forward, backward and optimizer_step with unknown under 1 %."""
+    fresh_dynamo()
+    model, opt = train_compiled.build(how)
+    module, step = train_compiled.compiled_loop(model, opt, how)
+
+    def train(first, n):
+        for i in range(first, first + n):
+            x, y = train_compiled.gpt_batch(4, 16, 64, seed=i)
+            step(module, opt, x, y)
+    train(0, 2)
+    before = train_compiled.dynamo_counters()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with rs.track(model=model, optimizer=opt, out=tmp_path / "r.rstrace") as s:
+            train(2, 3)
+    assert train_compiled.dynamo_counters() == before
+    assert [str(w.message) for w in caught] == []
+    r = s.report().to_dict()
+    assert [[p["phase"] for p in st["phases"]] for st in r["steps"]] == \
+        [["zero_grad", "forward", "backward", "optimizer_step"]] * 3
+    assert r["peak"]["by_category"]["unknown"] < 0.01 * r["peak"]["bytes"]
+    assert r["peak"]["by_category"]["parameter"] == param_bytes(model)
+
+
 def test_ridgescope_run_of_a_compiled_script_is_the_untracked_script(tmp_path):
     """Given examples/train_compiled.py (torch.compile of a transformer, AdamW, 4 steps), when
     it runs plainly and under `ridgescope run`, then both exit 0 with the same losses and
