@@ -11,6 +11,16 @@ four variants:
   profiler   inside ``torch.profiler.profile(activities=[CPU], profile_memory=True,
              record_shapes=True, with_stack=True)``
 
+and, when asked for with ``--variants`` (compiling takes a minute or more on 2 cores), the
+same step on the model compiled with ``torch.compile(model)`` (Inductor's C++ backend):
+
+  compiled                   untracked
+  compiled_tracked           inside ``rs.track``, as tracked
+  compiled_tracked_lifetime  inside ``rs.track(..., activations=False)``
+
+Their ratios are against ``compiled`` (``compiled_tracked_over_compiled``). Each compiled
+variant compiles its model before the first round (untimed).
+
 Each variant has its own model and optimizer, built from the same seed, and trains on the same
 fixed batches. The variants run interleaved: every round runs a block of steps of each variant
 in turn (the order rotates each round), so that machine noise falls on all of them alike. A
@@ -30,6 +40,7 @@ rounds. Prints ONE JSON object on stdout (schema_version 1); ``--out FILE`` writ
 
     python benchmarks/bench_training_step.py                    # default: about 40 s on 2 cores
     python benchmarks/bench_training_step.py --layers 6 --batch 16 --out out/bench.json
+    python benchmarks/bench_training_step.py --variants untracked,tracked,compiled,compiled_tracked
 """
 from __future__ import annotations
 
@@ -53,7 +64,9 @@ from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
 
 import ridgescope as rs  # noqa: E402
 
-VARIANTS = ("untracked", "tracked", "tracked_lifetime", "profiler")
+VARIANTS = ("untracked", "tracked", "tracked_lifetime", "profiler", "compiled", "compiled_tracked",
+            "compiled_tracked_lifetime")
+DEFAULT_VARIANTS = VARIANTS[:4]
 TARGET_TRACKED_OVER_UNTRACKED = 1.05
 N_BATCHES = 4  # distinct fixed batches, cycled
 
@@ -76,7 +89,7 @@ def ms(seconds: float) -> float:
 class Trainer:
     """One model + optimizer + fixed batches; ``step()`` is one training step."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, compiled: bool = False) -> None:
         torch.manual_seed(args.seed)
         self.model = TinyGPT(vocab=args.vocab, d_model=args.d_model, n_heads=args.heads,
                              layers=args.layers, seq_len=args.seq_len)
@@ -84,14 +97,20 @@ class Trainer:
         self.batches = [gpt_batch(args.batch, args.seq_len, vocab=args.vocab, seed=i)
                         for i in range(N_BATCHES)]
         self.n = 0
+        self.forward = torch.compile(self.model) if compiled else self.model
+        if compiled:
+            self.step()  # compiles forward and backward, untimed
 
     def step(self) -> None:
         x, y = self.batches[self.n % len(self.batches)]
         self.n += 1
         self.optimizer.zero_grad(set_to_none=True)
-        loss = gpt_loss(self.model, x, y)
+        loss = gpt_loss(self.forward, x, y)
         loss.backward()
         self.optimizer.step()
+
+
+CLOCK = time.perf_counter  # --clock thread: time.thread_time (CPU time of this thread)
 
 
 def timed_steps(step: Callable[[], None], warmup: int, steps: int) -> list[float]:
@@ -99,9 +118,9 @@ def timed_steps(step: Callable[[], None], warmup: int, steps: int) -> list[float
         step()
     out = []
     for _ in range(steps):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         step()
-        out.append(time.perf_counter() - t0)
+        out.append(CLOCK() - t0)
     return out
 
 
@@ -112,19 +131,24 @@ def make_profiler() -> torch.profiler.profile:
 
 def run_round(variant: str, trainer: Trainer, args: argparse.Namespace, tmp: Path,
               rnd: int, acc: dict[str, Any]) -> list[float]:
-    if variant == "untracked":
+    if variant in ("untracked", "compiled"):
         return timed_steps(trainer.step, args.warmup, args.steps)
 
-    if variant in ("tracked", "tracked_lifetime"):
+    if variant in ("tracked", "tracked_lifetime", "compiled_tracked", "compiled_tracked_lifetime"):
         path = tmp / f"{variant}-round{rnd}.rstrace"
         with rs.track(model=trainer.model, optimizer=trainer.optimizer, out=path,
-                      activations=variant == "tracked") as session:
+                      activations=not variant.endswith("lifetime")) as session:
             for _ in range(args.warmup):
                 trainer.step()
             before = session.stats()
             times = timed_steps(trainer.step, 0, args.steps)
             after = session.stats()
-        if variant == "tracked_lifetime":
+        if session.error:
+            acc["errors"].append(f"{variant}: {session.error}")
+        per = acc["events_by_variant"].setdefault(variant, [0, 0])
+        per[0] += after["events"] - before["events"]
+        per[1] += args.steps
+        if variant != "tracked":
             return times
         acc["timed_events"] += after["events"] - before["events"]
         acc["timed_steps"] += args.steps
@@ -132,8 +156,6 @@ def run_round(variant: str, trainer: Trainer, args: argparse.Namespace, tmp: Pat
         acc["buffer_bytes_peak"] = max(acc["buffer_bytes_peak"], after.get("buffer_bytes_peak", 0))
         acc["trace_bytes"] += path.stat().st_size
         acc["trace_steps"] += args.warmup + args.steps
-        if session.error:
-            acc["errors"].append(session.error)
         acc["sessions"].append(session)
         return times
 
@@ -215,7 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab", type=int, default=512)
     ap.add_argument("--threads", type=int, default=None,
                     help="torch.set_num_threads (default: leave as is)")
-    ap.add_argument("--variants", default=",".join(VARIANTS),
+    ap.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                    help="wall: time.perf_counter; thread: time.thread_time, the CPU time of the "
+                         "training thread, which a shared machine's other load does not inflate "
+                         "(needs --threads 1: every kernel then runs on that thread)")
+    ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                     help="comma-separated subset of " + ",".join(VARIANTS))
     ap.add_argument("--session-repeats", type=int, default=10,
                     help="repeats of the session start+stop measurement")
@@ -229,13 +255,18 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--steps and --rounds must be >= 1, --warmup >= 0")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.clock == "thread":
+        if args.threads != 1:
+            ap.error("--clock thread needs --threads 1 (kernels on other threads are not timed)")
+        global CLOCK
+        CLOCK = time.thread_time
 
-    trainers = {v: Trainer(args) for v in variants}
+    trainers = {v: Trainer(args, compiled=v.startswith("compiled")) for v in variants}
     times: dict[str, list[float]] = {v: [] for v in variants}
     round_medians: dict[str, list[float]] = {v: [] for v in variants}
     acc: dict[str, Any] = {"timed_events": 0, "timed_steps": 0, "dropped_events": 0,
                            "buffer_bytes_peak": 0, "trace_bytes": 0, "trace_steps": 0,
-                           "errors": [], "sessions": [], "exit_s": []}
+                           "errors": [], "sessions": [], "exit_s": [], "events_by_variant": {}}
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rs-bench-") as tmpdir:
         tmp = Path(tmpdir)
@@ -268,6 +299,16 @@ def main(argv: list[str] | None = None) -> int:
             per_round[f"{v}_over_untracked"] = {"min": round(min(rr), 4),
                                                 "median": round(statistics.median(rr), 4),
                                                 "max": round(max(rr), 4)}
+    if "compiled" in variants:  # a compiled step against the same compiled step untracked
+        base = statistics.median(times["compiled"])
+        for v in ("compiled_tracked", "compiled_tracked_lifetime"):
+            if v not in variants:
+                continue
+            ratios[f"{v}_over_compiled"] = round(statistics.median(times[v]) / base, 4)
+            rr = [a / b for a, b in zip(round_medians[v], round_medians["compiled"])]
+            per_round[f"{v}_over_compiled"] = {"min": round(min(rr), 4),
+                                               "median": round(statistics.median(rr), 4),
+                                               "max": round(max(rr), 4)}
     ratio = ratios.get("tracked_over_untracked")
     out: dict[str, Any] = {
         "schema_version": 1,
@@ -278,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         "python_version": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "clock": args.clock,
         "config": {"model": "TinyGPT", "optimizer": "AdamW", "batch": args.batch,
                    "seq_len": args.seq_len, "layers": args.layers, "d_model": args.d_model,
                    "heads": args.heads, "vocab": args.vocab,
@@ -288,9 +330,12 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "ratios": ratios,
         "per_round_ratios": per_round,
-        "targets": {"tracked_over_untracked_max": TARGET_TRACKED_OVER_UNTRACKED},
+        "targets": {"tracked_over_untracked_max": TARGET_TRACKED_OVER_UNTRACKED,
+                    "compiled_tracked_over_compiled_max": TARGET_TRACKED_OVER_UNTRACKED},
         "meets_targets": ratio is not None and ratio <= TARGET_TRACKED_OVER_UNTRACKED,
         "meets_targets_lifetime": (ratios.get("tracked_lifetime_over_untracked") or 99)
+        <= TARGET_TRACKED_OVER_UNTRACKED,
+        "meets_targets_compiled": (ratios.get("compiled_tracked_over_compiled") or 99)
         <= TARGET_TRACKED_OVER_UNTRACKED,
         "wall_s": round(wall, 2),
     }
@@ -304,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
             "dropped_events": acc["dropped_events"],
             "buffer_bytes_peak": acc["buffer_bytes_peak"],
             "errors": acc["errors"],
+            "events_per_step_by_variant": {v: round(e / max(n, 1), 1)
+                                           for v, (e, n) in acc["events_by_variant"].items()},
         }
         out["session_costs"] = costs
     if "profiler" in variants:

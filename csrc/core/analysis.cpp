@@ -23,7 +23,7 @@ constexpr std::string_view kAllocatorLiveSample = "allocator_live_bytes";
 // ledger's reserved bytes in the same consistency counters.
 constexpr std::string_view kAllocatorReservedSample = "allocator_reserved_bytes";
 
-enum class PhaseKind : std::uint8_t { Other, Forward, Backward, Recompute, OptimizerStep, ZeroGrad };
+enum class PhaseKind : std::uint8_t { Other, Forward, Backward, Recompute, OptimizerStep, ZeroGrad, Compile };
 
 PhaseKind phase_kind(std::string_view name) {
   if (name == "forward") return PhaseKind::Forward;
@@ -31,6 +31,7 @@ PhaseKind phase_kind(std::string_view name) {
   if (name == "recompute") return PhaseKind::Recompute;
   if (name == "optimizer_step") return PhaseKind::OptimizerStep;
   if (name == "zero_grad") return PhaseKind::ZeroGrad;
+  if (name == "compile") return PhaseKind::Compile;
   return PhaseKind::Other;
 }
 
@@ -100,7 +101,7 @@ class LifetimePass {
   struct Pending {
     std::uint64_t block_id, alloc_seq, bytes, idle_epoch;
     std::int32_t instance;  // innermost open phase at alloc, -1 when idle
-    bool forwardish, in_backward, in_optimizer;
+    bool forwardish, in_backward, in_optimizer, in_compile;
     bool has_strong = false, has_weak = false, strong_inferred = false;
     Category strong = Category::Unknown, weak = Category::Unknown;
     std::uint32_t strong_label = 0, weak_label = 0;
@@ -123,6 +124,7 @@ class LifetimePass {
     p.forwardish = stack_has(PhaseKind::Forward) || stack_has(PhaseKind::Recompute);
     p.in_backward = stack_has(PhaseKind::Backward);
     p.in_optimizer = stack_has(PhaseKind::OptimizerStep);
+    p.in_compile = stack_has(PhaseKind::Compile);
     auto [it, inserted] = live_.try_emplace(block_key(e.device, e.addr), p);
     auto& peak = peaks_[device_code(e.device)];
     if (!inserted) {  // a missed free: the old block ends here
@@ -218,7 +220,11 @@ class LifetimePass {
         return;
       }
     }
-    if (p.in_backward && !p.forwardish) {
+    if (p.in_compile) {
+      // Made while torch.compile compiled and kept after it: the compiled code's own constants
+      // (Inductor's lifted scalar tensors), persistent like a module's buffers.
+      r.category = Category::Buffer;
+    } else if (p.in_backward && !p.forwardish) {
       r.category = Category::Gradient;
     } else if (p.in_optimizer) {
       r.category = Category::OptimizerState;

@@ -22,12 +22,12 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_flatten
 
-from . import _model_info
+from . import _compile, _model_info
 from ._data import DatasetRegistrar
 from .distributed import DistributedTracking, local_tensor
 
 BUILTIN_PHASES = ("forward", "backward", "optimizer_step", "zero_grad", "checkpoint", "eval",
-                  "data", "recompute")
+                  "data", "recompute", "compile")
 
 
 class Instrumentation:
@@ -36,6 +36,7 @@ class Instrumentation:
     def __init__(self, native: Any, model: torch.nn.Module | None,
                  optimizer: torch.optim.Optimizer | None, activations: bool = True) -> None:
         self._native = native
+        model = _compile.unwrap_module(model)  # torch.compile(model): the model it compiled
         self._model = model
         self._optimizer = optimizer
         self._activations = activations
@@ -64,6 +65,14 @@ class Instrumentation:
         self.datasets = DatasetRegistrar(self)  # a DataLoader's dataset is input (_data.py)
         self.failed = False
         self.error: str | None = None
+        # ridgescope's global module and optimizer hooks (out while compiled code runs: _compile.py)
+        self.hook_handles: list[Any] = []
+        self.module_hook_handles: list[Any] = []
+        # Called as listener(name, begun) when a phase begins (before) and ends (after).
+        self.phase_listeners: list[Callable[[str, bool], None]] = []
+        # Pieces with their own install()/remove(), installed after the hooks, removed first.
+        self.compile = _compile.CompileTracking(self)
+        self.extensions: list[Any] = [self.compile]
 
     # ----------------------------------------------------------------------------- labels
     def label(self, text: str) -> int:
@@ -115,6 +124,8 @@ class Instrumentation:
     def begin_phase(self, name: str, explicit: bool) -> bool:
         """Opens a phase. An automatic phase is skipped while an explicit phase of the same name
         is open (the user's markers win). Returns whether a phase was opened."""
+        for listener in self.phase_listeners:
+            listener(name, True)
         with self._phase_lock:
             if not explicit and any(n == name and e for n, e in self._phase_stack):
                 return False
@@ -134,6 +145,8 @@ class Instrumentation:
         self._native.phase_end(self.label(name))
         self._native.sample_allocator()
         self.check_native()
+        for listener in self.phase_listeners:
+            listener(name, False)
 
     def in_phase(self, name: str) -> bool:
         return any(n == name for n, _ in self._phase_stack)
@@ -292,7 +305,7 @@ class Instrumentation:
     # The module hooks run for every module call, so each is one Python frame with its own
     # guard rather than a guarded wrapper around a method.
     def _module_pre_hook(self, module: torch.nn.Module, args: tuple) -> None:
-        if self.failed:
+        if _is_compiling() or self.failed:  # traced by Dynamo: nothing to do (_compile.py)
             return
         try:
             calls = getattr(self._local, "calls", None)
@@ -306,7 +319,7 @@ class Instrumentation:
             self.fail(f"{type(exc).__name__}: {exc}")
 
     def _module_post_hook(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
-        if self.failed:
+        if _is_compiling() or self.failed:
             return
         try:
             calls = self._local.calls
@@ -394,29 +407,43 @@ class Instrumentation:
                         if guarded_after is not None:
                             guarded_after()
                         end(phase)
-            return wrapper
+            # under torch.compile: seen by Dynamo as the original (_compile.py)
+            return _compile.transparent(original, wrapper)
         return make
 
     def install(self) -> None:
         g = self._guard
         mm = torch.nn.modules.module
-        self._handles.append(mm.register_module_forward_pre_hook(self._module_pre_hook))
-        self._handles.append(mm.register_module_forward_hook(self._module_post_hook,
-                                                             always_call=True))
+        self.module_hook_handles = [
+            mm.register_module_forward_pre_hook(self._module_pre_hook),
+            mm.register_module_forward_hook(self._module_post_hook, always_call=True)]
+        self.hook_handles = list(self.module_hook_handles)
+        self._handles.extend(self.module_hook_handles)
 
         self._patch(torch.autograd, "backward",
                     self._phase_wrapper("backward", self.tag_gradients, self._tag_loss))
         self._patch(torch.autograd, "grad", self._phase_wrapper("backward"))
-        self._patch(torch.optim.Optimizer, "zero_grad", self._phase_wrapper("zero_grad"))
+        self._patch(torch.optim.Optimizer, "zero_grad",
+                    self._phase_wrapper("zero_grad", before=self._before_optimizer_zero_grad))
         self._patch(torch.nn.Module, "zero_grad", self._phase_wrapper("zero_grad"))
         self._patch(torch, "save", self._phase_wrapper("checkpoint"))
         self.datasets.install()
 
         import torch.optim.optimizer as opt_mod
-        self._handles.append(opt_mod.register_optimizer_step_pre_hook(
-            g(lambda opt, args, kwargs: self._on_step_pre(opt, args, kwargs))))
-        self._handles.append(opt_mod.register_optimizer_step_post_hook(
-            g(lambda opt, args, kwargs: self._on_step_post(opt))))
+        pre, post = g(self._on_step_pre), g(self._on_step_post)
+
+        def step_pre_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
+            if not _is_compiling():  # traced inside a compiled train step: nothing to do
+                return pre(opt, args, kwargs)
+            return None
+
+        def step_post_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            if not _is_compiling():
+                post(opt)
+        _compile.run_as_python(step_pre_hook, step_post_hook)
+        self.hook_handles += [opt_mod.register_optimizer_step_pre_hook(step_pre_hook),
+                              opt_mod.register_optimizer_step_post_hook(step_post_hook)]
+        self._handles.extend(self.hook_handles[-2:])
 
         trainable = [p for p in self._params if p.requires_grad]
         self._native.watch_parameters(
@@ -427,6 +454,16 @@ class Instrumentation:
             self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(
                 native.pack_saved, _identity)
             self._saved_hooks.__enter__()
+        for extension in self.extensions:
+            extension.install()
+
+    def _before_optimizer_zero_grad(self, optimizer: Any = None, *args: Any, **kwargs: Any) -> None:
+        """Inside a compiled train step the optimizer's step hooks never run eagerly: the
+        optimizer is found at its zero_grad (a graph break Dynamo keeps), as it would be at its
+        first step in eager code."""
+        if (self._optimizer is None and isinstance(optimizer, torch.optim.Optimizer)
+                and self.compile.in_function_region()):
+            self._adopt_optimizer(optimizer)
 
     def _tag_loss(self, tensors: Any = None, *args: Any, **kwargs: Any) -> None:
         """The tensor backward starts from (the loss) is an output of the step's forward."""
@@ -480,6 +517,11 @@ class Instrumentation:
 
     def remove(self) -> None:
         """Removes every hook and patch; safe to call twice."""
+        for extension in reversed(self.extensions):
+            try:
+                extension.remove()
+            except Exception:
+                pass
         for handle in self._handles:
             try:
                 handle.remove()
@@ -500,3 +542,11 @@ class Instrumentation:
 
 def _identity(x: Any) -> Any:
     return x
+
+
+_is_compiling = torch.compiler.is_compiling
+# The hooks, every guarded callback and the unpack hook may run in a compiled region's eager
+# parts: Dynamo runs them as plain Python (_compile.py). _guard(None, ...) only builds the one
+# code object all guarded callbacks share.
+_compile.run_as_python(Instrumentation._module_pre_hook, Instrumentation._module_post_hook,
+                       Instrumentation._guard(None, _identity), _identity)  # type: ignore[arg-type]

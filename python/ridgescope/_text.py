@@ -42,6 +42,24 @@ def _model_lines(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _pool_lines(d: dict[str, Any]) -> list[str]:
+    """CUDA caching-allocator pools other than the default one (CUDA graphs), if recorded."""
+    import json
+    try:
+        pools = json.loads(d.get("metadata", {}).get("cuda_pools", "{}")).get("pools", [])
+    except (ValueError, AttributeError):
+        return []
+    private = [p for p in pools if p.get("pool_id") != [0, 0]]
+    if not private:
+        return []
+    lines = ["CUDA memory pools when tracking stopped (private pools: CUDA graphs, MemPools):"]
+    for p in pools:
+        name = "default pool" if p["pool_id"] == [0, 0] else f"pool {tuple(p['pool_id'])}"
+        lines.append(f"  cuda:{p['device']} {name:<16} {format_bytes(p['reserved_bytes']):>10} reserved "
+                     f"in {p['segments']} segment(s), {format_bytes(p['allocated_bytes'])} allocated")
+    return lines + [""]
+
+
 def render_oom(o: dict[str, Any]) -> list[str]:
     """One failed request: what failed, why (the verdict and its evidence), what to change."""
     v = o.get("verdict") or {}
@@ -184,6 +202,8 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
                            f"{format_bytes(ph['end_bytes']):>10}  peak {format_bytes(ph['peak_bytes']):>10}  "
                            f"{_composition(ph['peak_by_category'], ph['peak_bytes'])}")
         out.append("")
+
+    out.extend(_pool_lines(d))
 
     if d["ooms"]:
         cap = d.get("device_capacity_bytes")

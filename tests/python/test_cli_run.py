@@ -120,3 +120,26 @@ def test_rs_track_names_the_trace_per_rank_too(tmp_path, monkeypatch):
         torch.ones(1024)
     assert s.path == tmp_path / "run.rank1.rstrace" and s.path.exists()
     assert not (tmp_path / "run.rstrace").exists()
+
+
+def test_python_dash_m_ridgescope_is_the_ridgescope_command(tmp_path):
+    """Given the same script run as `ridgescope run SCRIPT` (the console script) and as
+    `python -m ridgescope run SCRIPT`, in two fresh directories, then both give the script's
+    exit code, the script's stdout, the same report lines on stderr and the same trace."""
+    import shutil
+    console = Path(sys.executable).with_name("ridgescope")
+    if not console.exists():
+        console = Path(shutil.which("ridgescope") or "ridgescope")
+    results = {}
+    for name, cmd in (("console", [str(console)]), ("module", [sys.executable, "-m", "ridgescope"])):
+        cwd = tmp_path / name
+        cwd.mkdir()
+        results[name] = subprocess.run([*cmd, "run", str(SCRIPT), "--steps", "1", "--exit-code", "3"],
+                                       cwd=cwd, capture_output=True, text=True, timeout=300)
+    console_run, module_run = results["console"], results["module"]
+    assert console_run.returncode == module_run.returncode == 3, module_run.stderr
+    assert module_run.stdout == console_run.stdout and "step 0: loss" in module_run.stdout
+    assert module_run.stderr == console_run.stderr and "ridgescope: peak" in module_run.stderr
+    a = rs.load(tmp_path / "console" / "train_plain.rstrace").to_dict()
+    b = rs.load(tmp_path / "module" / "train_plain.rstrace").to_dict()
+    assert a["peak"]["bytes"] == b["peak"]["bytes"] and a["peak"]["by_category"] == b["peak"]["by_category"]

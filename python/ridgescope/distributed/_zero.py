@@ -8,17 +8,19 @@ tracker describes the partition, and with ``parameters_as_bucket_view=True`` tag
 per-rank buckets the parameters become views of as ``parameter``."""
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
 
 
 def is_zero(optimizer: Any) -> bool:
-    try:
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-    except Exception:
-        return False
-    return isinstance(optimizer, ZeroRedundancyOptimizer)
+    # Not imported here: torch.distributed.optim's import warns in torch 2.11 ("torch.jit.interface
+    # is deprecated"), a warning the user's script would not get. A ZeroRedundancyOptimizer that
+    # exists was made from its module, so the module is loaded already.
+    module = sys.modules.get("torch.distributed.optim.zero_redundancy_optimizer")
+    cls = getattr(module, "ZeroRedundancyOptimizer", None)
+    return cls is not None and isinstance(optimizer, cls)
 
 
 class ZeroTracker:

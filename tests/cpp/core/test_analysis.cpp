@@ -385,6 +385,32 @@ SCENARIO("the loss computed between forward and backward is an inferred activati
   CHECK(cat(r.peak.by_category, Category::Unknown) == 4);
 }
 
+SCENARIO("a block made while torch.compile compiles and kept after it is a buffer",
+         "[core][analysis]") {
+  GIVEN("a first forward that compiles: a lifted constant kept, a scratch block freed") {
+    TempPath path;
+    {
+      TraceBuilder t(path.str());
+      t.begin("forward").begin("compile");
+      t.alloc(0x100, 8);                    // Inductor's constant: lives with the compiled code
+      t.alloc(0x200, 4096).free(0x200);     // autotuning scratch, freed inside the compilation
+      t.alloc(0x300, 64);                   // made in compile, saved for backward
+      t.end("compile").alloc(0x400, 512);   // an activation of the compiled graph
+      t.end("forward");
+      t.begin("backward").free(0x400).free(0x300).end("backward");
+    }
+    const Report r = analyze_trace(path.str());
+    const auto& fwd = find_phase(r, 0, "forward");
+    THEN("the kept block is an inferred buffer; the freed ones keep their lifetime categories") {
+      CHECK(cat(fwd.end_by_category, Category::Buffer) == 8);
+      CHECK(cat(fwd.end_by_category, Category::Activation) == 512 + 64);
+      CHECK(cat(fwd.end_by_category, Category::Unknown) == 0);
+      CHECK(cat(find_phase(r, 0, "compile").peak_by_category, Category::Temporary) == 4096);
+      CHECK(cat(r.peak.inferred_by_category, Category::Buffer) == 8);
+    }
+  }
+}
+
 SCENARIO("an untagged block is labelled by the module that made it", "[core][analysis]") {
   TempPath path;
   {
