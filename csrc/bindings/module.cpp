@@ -10,6 +10,8 @@
 #include "ridgescope/trace_reader.h"
 #include "cpu_allocator_source.h"
 #include "cuda_allocator_source.h"
+#include "python_frames.h"
+#include "site_capture.h"
 #include "tracking_session.h"
 #include "allocator_model_bindings.h"
 
@@ -45,6 +47,7 @@ py::list read_events(const std::string& path, std::size_t limit) {
     d["weak"] = (e.flags & ridgescope::kTagWeak) != 0;
     d["string"] = std::string(reader.string(e.string_id));
     d["value"] = e.value;
+    d["stack_id"] = e.stack_id;
     out.append(std::move(d));
   }
   if (reader.truncated()) {
@@ -195,8 +198,20 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("failed", &ridgescope::Recorder::failed)
       .def_property_readonly("error", &ridgescope::Recorder::error);
 
+  m.def("configure_python_frames", &ridgescope::sources::configure_python_frames,
+        py::arg("library_roots"), py::arg("stdlib_roots"),
+        "Set which files are library code for allocation sites and install the Python frame "
+        "walker after checking it on this thread; returns '' or why Python frames are not read.");
+
   py::class_<TrackingSession>(m, "Session")
-      .def(py::init<const std::string&, std::uint64_t>(), py::arg("path"), py::arg("capacity") = 0)
+      .def(py::init([](const std::string& path, std::uint64_t capacity, const std::string& stacks) {
+             ridgescope::sources::StackMode mode;
+             if (!ridgescope::sources::parse_stack_mode(stacks, &mode)) {
+               throw py::value_error("stacks must be 'site', 'python', 'all' or 'none', got '" + stacks + "'");
+             }
+             return std::make_unique<TrackingSession>(path, capacity, mode);
+           }),
+           py::arg("path"), py::arg("capacity") = 0, py::arg("stacks") = "site")
       .def("stop", &TrackingSession::stop, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("active", &TrackingSession::active)
       .def_property_readonly("degraded", &TrackingSession::degraded)

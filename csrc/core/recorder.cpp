@@ -107,6 +107,10 @@ std::uint32_t Recorder::intern_frame(const FrameText& f) noexcept {
   r.file_id = intern(f.file);
   r.function_id = intern(f.function);
   r.module_id = intern(f.module);
+  return intern_frame(r);
+}
+
+std::uint32_t Recorder::intern_frame(const FrameRecord& r) noexcept {
   std::unique_lock<std::mutex> lock(mutex_);
   try {
     std::string key;

@@ -73,6 +73,8 @@ class Recorder {
   // Returns the id of a frame (ridgescope/stack.h), writing its texts' String records and a
   // Frame record the first time it is seen; 0 on failure. Ids are dense from 1.
   std::uint32_t intern_frame(const FrameText& frame) noexcept;
+  // The same for a frame whose texts are interned already (string ids).
+  std::uint32_t intern_frame(const FrameRecord& frame) noexcept;
 
   // Returns the id of a stack (frame ids innermost first, `site` the index of the site frame,
   // or `count` for none), writing a Stack record the first time it is seen; 0 for an empty
