@@ -56,7 +56,8 @@ std::string format_site(const ReportFrame& f) {
     case FrameKind::Untracked:
       break;
   }
-  return f.function.empty() ? std::string("(no site)") : f.function;
+  // Not a place in code: what is known instead, in parentheses.
+  return "(" + (f.function.empty() ? std::string("no site") : f.function) + ")";
 }
 
 void collect_peak_sites(const Ledger& ledger, FrameTable& frames, std::size_t top_sites,
