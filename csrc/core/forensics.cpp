@@ -208,18 +208,33 @@ Verdict explain_retention(const RetentionContext& c) {
                            : "Between " + format_bytes(c.min_growth_bytes) + " and " +
                                  format_bytes(c.max_growth_bytes) + " (" +
                                  format_bytes(c.growth_per_step_bytes) + " on average)";
+  const std::string latest = c.sites > 1 ? "the latest " : "";
   std::string where;
   if (!c.location.empty()) {
-    where = "allocated at " + c.location + (c.function.empty() ? "" : " in `" + c.function + "`");
+    where = latest + "allocated at " + c.location + (c.function.empty() ? "" : " in `" + c.function + "`");
   } else if (!c.site.empty()) {
-    where = "allocated by " + c.site;
+    where = latest + "allocated by " + c.site;
   }
   std::string what = growth + " more is live at the end of every step since step " +
                      std::to_string(c.since_step) + " (" + std::to_string(c.blocks) + " blocks, " +
                      format_bytes(c.bytes) + " now)";
-  if (c.sites > 1) what += " at " + std::to_string(c.sites) + " sites; the latest made";
-  if (!where.empty()) what += (c.sites > 1 ? " " : ", ") + where;
-  what += ", category " + std::string(category_name(c.category));
+  if (c.sites > 1) what += " at " + std::to_string(c.sites) + " sites";
+  if (!where.empty()) what += ", " + where;
+  if (c.sites > 1) {
+    // Several sites: what each category adds a step, largest first.
+    std::vector<std::pair<std::uint64_t, std::size_t>> parts;
+    for (std::size_t i = 0; i < kCategoryCount; ++i) {
+      if (c.growth_by_category[i] != 0) parts.emplace_back(c.growth_by_category[i], i);
+    }
+    std::sort(parts.rbegin(), parts.rend());
+    what += ", a step by category:";
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      what += std::string(i ? ", " : " ") + std::string(category_name(static_cast<Category>(parts[i].second))) + " " +
+              format_bytes(parts[i].first);
+    }
+  } else {
+    what += ", category " + std::string(category_name(c.category));
+  }
   if (graph) {
     v.dominant = Category::Activation;
     v.summary = what + ": the autograd graph of a forward is kept across steps (its saved activations are "
