@@ -175,7 +175,7 @@ void TrackingSession::watch_parameters(std::vector<at::Tensor> parameters,
     gradient_label_ids.resize(parameters.size(), 0);
     watched_ = std::move(parameters);
     watched_labels_ = std::move(gradient_label_ids);
-    watched_grad_blocks_.assign(watched_.size(), nullptr);
+    watched_grad_storages_.assign(watched_.size(), c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>()));
   } catch (...) {
     degrade("out of memory while watching parameters");
   }
@@ -188,9 +188,10 @@ std::size_t TrackingSession::tag_gradients() noexcept {
   for (std::size_t i = 0; i < watched_.size(); ++i) {
     const at::Tensor& grad = watched_[i].grad();
     if (!grad.defined() || !grad.has_storage()) continue;
-    const void* block = grad.storage().data_ptr().get();
-    if (block == nullptr || block == watched_grad_blocks_[i]) continue;
-    watched_grad_blocks_[i] = block;
+    if (grad.storage().data_ptr().get() == nullptr) continue;
+    c10::StorageImpl* storage = grad.storage().unsafeGetStorageImpl();
+    if (watched_grad_storages_[i].lock().get() == storage) continue;  // tagged, still alive
+    watched_grad_storages_[i] = grad.storage().getWeakStorageImpl();
     tag_tensor(grad, Category::Gradient, watched_labels_[i], /*weak=*/false);
     ++tagged;
   }

@@ -119,7 +119,9 @@ class TrackingSession {
   std::mutex watch_mutex_;
   std::vector<at::Tensor> watched_;
   std::vector<std::uint32_t> watched_labels_;
-  std::vector<const void*> watched_grad_blocks_;  // block last tagged per parameter
+  // The gradient storage last tagged per parameter, held weakly: a gradient freed by
+  // zero_grad(set_to_none=True) and made anew at the same address is a new block to tag.
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> watched_grad_storages_;
   std::uint32_t sample_name_id_ = 0;
   std::uint32_t reserved_sample_id_ = 0;
   std::atomic<bool> cuda_started_{false};
