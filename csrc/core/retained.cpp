@@ -25,8 +25,8 @@ void RetentionDetector::on_alloc(std::uint64_t block_id, std::uint32_t site_fram
   Site& s = sites_[i];
   s.bytes += bytes;
   ++s.blocks;
-  s.last_alloc_seq = seq;
-  live_[block_id] = Live{i, bytes};
+  seq_ = seq;
+  live_[block_id] = Live{i, bytes, seq};
 }
 
 void RetentionDetector::on_free(std::uint64_t block_id) {
@@ -51,8 +51,8 @@ void RetentionDetector::on_step_end(std::uint64_t step) {
     }
     s.end_bytes = s.bytes;
     s.end_blocks = s.blocks;
-    s.end_last_alloc_seq = s.last_alloc_seq;
   }
+  last_end_seq_ = seq_;
   ++step_ends_;
 }
 
@@ -105,6 +105,15 @@ std::optional<RetainedGrowth> RetentionDetector::result(FrameTable& frames) cons
     return a.second->frame != b.second->frame ? a.second->frame < b.second->frame
                                               : a.second->category < b.second->category;
   });
+  // The site made last: of the blocks still live that were made by the last step end, the one
+  // allocated latest (in a graph kept alive, its output: the loss).
+  absl::flat_hash_map<const Site*, std::uint64_t> latest_live;
+  for (const auto& [id, l] : live_) {
+    if (l.seq > last_end_seq_) continue;
+    const Site* s = &sites_[l.site];
+    auto [it, inserted] = latest_live.try_emplace(s, l.seq);
+    if (!inserted && l.seq > it->second) it->second = l.seq;
+  }
   std::uint64_t latest_seq = 0;
   for (const auto& [g, s] : ranked) {
     RetainedSite rs;
@@ -114,9 +123,11 @@ std::optional<RetainedGrowth> RetentionDetector::result(FrameTable& frames) cons
     rs.growth_per_step_bytes = g / window;
     rs.bytes = s->end_bytes;
     rs.blocks = s->end_blocks;
-    if (r.latest < 0 || s->end_last_alloc_seq > latest_seq) {
+    const auto it = latest_live.find(s);
+    const std::uint64_t seq = it == latest_live.end() ? 0 : it->second;
+    if (r.latest < 0 || seq > latest_seq) {
       r.latest = static_cast<std::int64_t>(r.sites.size());
-      latest_seq = s->end_last_alloc_seq;
+      latest_seq = seq;
     }
     r.sites.push_back(std::move(rs));
   }

@@ -42,15 +42,15 @@ class RetentionDetector {
     std::uint32_t frame = 0;
     Category category = Category::Unknown;
     std::uint64_t bytes = 0, blocks = 0;  // live now
-    std::uint64_t last_alloc_seq = 0;
     // At the last step end:
-    std::uint64_t end_bytes = 0, end_blocks = 0, end_last_alloc_seq = 0;
+    std::uint64_t end_bytes = 0, end_blocks = 0;
     std::uint64_t run = 0;  // consecutive step ends (up to the last) with more bytes than before
     std::array<std::uint64_t, kWindow> growth{};  // growth at the last `run` step ends (a ring)
   };
   struct Live {
     std::uint32_t site;
     std::uint64_t bytes;
+    std::uint64_t seq;  // of its alloc event
   };
   std::uint32_t site_index(std::uint32_t frame, Category category);
 
@@ -58,6 +58,8 @@ class RetentionDetector {
   absl::flat_hash_map<std::uint64_t, std::uint32_t> index_;  // (frame << 8 | category) -> site
   absl::flat_hash_map<std::uint64_t, Live> live_;             // block id -> its site and bytes
   std::uint64_t step_ends_ = 0;
+  std::uint64_t last_end_seq_ = 0;  // the last step end's position in the stream (alloc seqs before it)
+  std::uint64_t seq_ = 0;           // the last alloc's seq
   std::array<std::uint64_t, kWindow> steps_{};  // step numbers of the last step ends (a ring)
 };
 
