@@ -849,13 +849,15 @@
     var W = Math.max(320, box.clientWidth || 1000), ROW = 18;
     var top = flameView || FLAME;
     var depth = flameDepth(top);
+    var below = 0;  // the bytes of every child of the frame on top, drawn or too narrow to draw
+    Object.keys(top.children).forEach(function (k) { below += top.children[k].bytes; });
     var svg = sv('svg', { id: 'rs-flame', width: W, height: depth * ROW + 2, viewBox: '0 0 ' + W + ' ' + (depth * ROW + 2),
-                          'data-total-bytes': String(top.bytes) });
+                          'data-total-bytes': String(top.bytes), 'data-children-bytes': String(below) });
     box.appendChild(svg);
     function rect(node, x, w, level) {
       var cat = dominantCategory(node.byCat);
       var g = sv('g', { 'class': 'rs-flame-node', 'data-bytes': String(node.bytes), 'data-depth': String(level),
-                        'data-category': cat }, svg);
+                        'data-category': cat, 'data-label': node.parent ? node.label : 'peak' }, svg);
       if (node === top) g.setAttribute('id', 'rs-flame-root');
       var r = sv('rect', { x: x.toFixed(2), y: level * ROW, width: Math.max(0.5, w - 0.5).toFixed(2), height: ROW - 1,
                            fill: node === top && !node.parent ? '#d0d7de' : colorOf(cat), rx: 1 }, g);
