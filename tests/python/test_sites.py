@@ -205,3 +205,30 @@ def test_the_snapshot_export_carries_the_frames_memory_viz_shows(trace_path, tmp
     assert allocs[0]["frames"][0] == {"filename": __file__, "line": line, "name": "step_with_marker"}
     assert allocs[0]["frames"][-1]["filename"] == "ridgescope"
     assert allocs[0]["user_metadata"]["site"] == f"{os.path.basename(__file__)}:{line} in step_with_marker"
+
+
+def test_ridgescope_run_records_the_scripts_own_lines(tmp_path):
+    """Scenario: `ridgescope run --stacks python` on an unmodified script that makes a tensor at
+    its line 4 (a module-level statement run by runpy).
+    Then the tensor's site is the script's line 4 in <module>, and its whole stack ends in
+    ridgescope's and runpy's frames, which the site skips."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n"
+                      "keep = []\n"
+                      "for i in range(2):\n"
+                      "    keep.append(torch.empty(333_333, dtype=torch.uint8))\n")
+    out = tmp_path / "train.rstrace"
+    subprocess.run([sys.executable, "-m", "ridgescope.cli", "run", "--stacks", "python", "-o", str(out), str(script)],
+                   check=True, capture_output=True, cwd=tmp_path)
+    r = rs.load(out, top_blocks=1000).to_dict()
+    blocks = [b for b in r["peak"]["top_blocks"] if b["bytes"] == 333_333]
+    assert len(blocks) == 2
+    assert {b["site"] for b in blocks} == {"train.py:4 in <module>"}
+    stack = next(s for s in r["peak"]["stacks"] if s["bytes"] == 2 * 333_333)
+    files = [r["frames"][i]["file"] for i in stack["frames"]]
+    assert files[stack["site"]] == str(script)
+    assert any(f.endswith("runpy.py") or f == "<frozen runpy>" for f in files[stack["site"] + 1:])
+    assert any(f.startswith(os.path.dirname(rs.__file__)) for f in files[stack["site"] + 1:])
