@@ -288,6 +288,19 @@ SCENARIO("format 2: frame and stack records define the tables, untimed", "[core]
       CHECK(clock.last_time_ns == 777);
     }
   }
+  GIVEN("the example of docs/trace_format.md, \"Frames and stacks\"") {
+    FrameRecord f;
+    f.kind = FrameKind::Python;
+    f.file_id = 3;
+    f.line = 10;
+    f.function_id = 4;
+    std::string out;
+    detail::encode_frame_record(5, f, out);
+    const std::uint32_t frames[] = {5};
+    detail::encode_stack_record(2, frames, 1, 0, out);
+    CHECK(bytes_of(out) == std::vector<std::uint8_t>{0x40, 0x06, 0x05, 0x00, 0x03, 0x0a, 0x04, 0x00,
+                                                      0x41, 0x03, 0x02, 0x00, 0x05});
+  }
   GIVEN("a frame kind this version does not know") {
     std::string out;
     FrameRecord f;
