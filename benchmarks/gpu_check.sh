@@ -67,10 +67,18 @@ dry=0
 for a in "$@"; do [[ $a == --dry-run ]] && dry=1; done
 
 # 1. Exactness, agreement with torch's own history, overhead, a small snapshot, seeded OOMs.
-timeout "$(budget 200)" $PY benchmarks/gpu_check.py --out "$files" "$@"
+timeout "$(budget 235)" $PY benchmarks/gpu_check.py --out "$files" "$@"
 rc=$?
 ((rc == 124)) && echo "FAIL gpu_check.py: ran out of its time budget"
 cp "$files/gpu_check_summary.json" "$OUT/" 2>/dev/null
+
+# 1b. Allocation sites on CUDA blocks (docs/sites.md): about 30 s, at most 35.
+sites_budget=$(budget 200); ((sites_budget > 35)) && sites_budget=35
+timeout "$sites_budget" $PY benchmarks/gpu_check_sites.py --out "$files" "$@"
+s=$?
+((s == 124)) && echo "FAIL gpu_check_sites.py: ran out of its time budget"
+((s != 0)) && rc=1
+cp "$files/gpu_check_sites_summary.json" "$OUT/" 2>/dev/null
 
 if ((dry == 0)) && [[ ${GPU_CHECK_EXTRAS:-1} == 1 ]]; then
   # 2. The allocator model (issue: will it fit) against torch's snapshots under four settings.

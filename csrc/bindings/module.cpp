@@ -71,6 +71,48 @@ ridgescope::EventKind to_event_kind(const std::string& name) {
   throw py::value_error("unknown event kind '" + name + "'");
 }
 
+// The saved-tensor hooks as plain CPython functions (METH_O): torch calls them for every tensor
+// saved for backward (pack) and every use of one in backward (unpack); a pybind11 method's
+// dispatch costs more than the work. The pack hook's self is a capsule holding the session,
+// which also keeps the Python session object alive as long as torch holds the hook.
+constexpr const char* kSessionCapsule = "ridgescope.TrackingSession";
+
+PyObject* pack_saved(PyObject* capsule, PyObject* tensor) {
+  auto* session = static_cast<TrackingSession*>(PyCapsule_GetPointer(capsule, kSessionCapsule));
+  if (session == nullptr) return nullptr;
+  try {
+    if (THPVariable_Check(tensor)) session->on_saved_tensor(THPVariable_Unpack(tensor));
+  } catch (...) {
+    PyErr_Clear();  // not a tensor we can read: saved as it is, untagged
+  }
+  Py_INCREF(tensor);
+  return tensor;
+}
+
+PyObject* unpack_saved(PyObject*, PyObject* packed) {
+  Py_INCREF(packed);
+  return packed;
+}
+
+PyMethodDef kPackSaved = {"pack_saved", pack_saved, METH_O, "ridgescope's saved-tensor pack hook"};
+PyMethodDef kUnpackSaved = {"unpack_saved", unpack_saved, METH_O, "the identity: ridgescope's unpack hook"};
+
+void release_session(PyObject* capsule) {
+  Py_XDECREF(static_cast<PyObject*>(PyCapsule_GetContext(capsule)));
+}
+
+py::tuple saved_tensor_hooks(py::object session) {
+  TrackingSession& s = session.cast<TrackingSession&>();
+  PyObject* capsule = PyCapsule_New(&s, kSessionCapsule, release_session);
+  if (capsule == nullptr) throw py::error_already_set();
+  PyCapsule_SetContext(capsule, session.inc_ref().ptr());
+  py::object self = py::reinterpret_steal<py::object>(capsule);
+  py::object pack = py::reinterpret_steal<py::object>(PyCFunction_New(&kPackSaved, self.ptr()));
+  py::object unpack = py::reinterpret_steal<py::object>(PyCFunction_New(&kUnpackSaved, nullptr));
+  if (!pack || !unpack) throw py::error_already_set();
+  return py::make_tuple(pack, unpack);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -237,6 +279,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("tensor"), py::arg("category"), py::arg("label") = 0)
       .def("pack_saved",
            [](TrackingSession& s, const at::Tensor& t) { return s.on_saved_tensor(t); })
+      .def("saved_tensor_hooks", &saved_tensor_hooks,
+           "(pack, unpack): the saved-tensor hooks as plain C functions (pack tags activations)")
       .def("watch_parameters", &TrackingSession::watch_parameters)
       .def("tag_gradients", &TrackingSession::tag_gradients)
       .def("enter_module", &TrackingSession::enter_module, py::arg("activation_label"),

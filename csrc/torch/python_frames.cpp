@@ -109,10 +109,13 @@ bool incomplete(const InterpreterFrame* f) {
 }
 #endif  // RS_PYFRAMES >= 311
 
-// One frame of the walk: its code object and the index of its current instruction.
+// One frame of the walk: the frame itself, its code object and the index of its current
+// instruction. (frame, code, lasti) identify a frame's position for the path cache.
 struct RawFrame {
+  const void* frame = nullptr;
   PyCodeObject* code = nullptr;
   int lasti = 0;  // in code units; -1 before the first instruction
+  bool operator==(const RawFrame& o) const { return frame == o.frame && code == o.code && lasti == o.lasti; }
 };
 
 // Calls fn(RawFrame) innermost first until it returns false.
@@ -125,14 +128,14 @@ bool walk_raw(PyThreadState* ts, Fn&& fn) {
 #elif RS_PYFRAMES == 310
   for (PyFrameObject* f = ts->frame; f != nullptr; f = f->f_back) {
     if (f->f_code == nullptr) continue;
-    if (!fn(RawFrame{f->f_code, f->f_lasti})) break;
+    if (!fn(RawFrame{f, f->f_code, f->f_lasti})) break;
   }
   return true;
 #else
   for (const InterpreterFrame* f = top_frame(ts); f != nullptr; f = f->previous) {
     if (incomplete(f)) continue;
     PyCodeObject* code = code_of(f);
-    if (!fn(RawFrame{code, static_cast<int>(instruction_of(f) - _PyCode_CODE(code))})) break;
+    if (!fn(RawFrame{f, code, static_cast<int>(instruction_of(f) - _PyCode_CODE(code))})) break;
   }
   return true;
 #endif
@@ -258,30 +261,53 @@ struct ThreadFrames {
   absl::flat_hash_map<std::uint64_t, std::uint32_t> lines;  // (serial << 32 | lasti) -> frame id
   std::uint32_t next_serial = 1;
   std::string file, name;  // scratch
+  // The last walk: the frames it read (innermost first, up to where it stopped) and what it
+  // found. An allocation made from the same frames at the same instructions (several blocks in
+  // one op, a loop) gets the same answer by comparing frames, without a lookup.
+  struct Last {
+    bool valid = false;
+    int mode = 0;  // 1: site, stopping at the engine; 2: site, past it; 3: every frame
+    std::vector<RawFrame> path;
+    PythonWalk result;
+    std::vector<std::uint32_t> frames;
+  } last;
+  std::vector<RawFrame> path;  // scratch
 };
 thread_local ThreadFrames t_frames;
 
 class Walker final : public PythonFrameWalker {
  public:
-  bool walk(Recorder& recorder, std::uint64_t generation, PythonWalk* out,
-            std::vector<std::uint32_t>* frames) noexcept override {
+  bool walk(Recorder& recorder, std::uint64_t generation, PythonWalk* out, std::vector<std::uint32_t>* frames,
+            bool stop_at_engine) noexcept override {
     try {
       if (!Py_IsInitialized()) return false;
       PyThreadState* ts = PyGILState_GetThisThreadState();  // this thread's own state (no GIL)
       if (ts == nullptr) return false;
       ThreadFrames& t = state(generation);
+      const int mode = frames != nullptr ? 3 : stop_at_engine ? 1 : 2;
+      if (t.last.valid && t.last.mode == mode && same_path(ts, t.last.path, mode == 3)) {
+        *out = t.last.result;
+        if (frames != nullptr) frames->insert(frames->end(), t.last.frames.begin(), t.last.frames.end());
+        return true;
+      }
+      t.last.valid = false;
+      std::vector<RawFrame>& path = t.path;
+      path.clear();
+      const std::size_t first_frame = frames != nullptr ? frames->size() : 0;
       bool any = false;
       std::uint32_t index = 0;
       RawFrame innermost;
       CodeInfo innermost_info;  // a copy: the cache may rehash during the walk
       bool have_innermost = false;
       const bool readable = walk_raw(ts, [&](const RawFrame& f) {
+        path.push_back(f);
         const CodeInfo* found = code_info(t, recorder, f.code);
         if (found == nullptr) return true;  // unreadable names: skip the frame
         const CodeInfo info = *found;
         const bool first = !any;
         any = true;
-        if (info.cls == CodeClass::Engine && out->site == 0) out->reached_engine = true;
+        const bool engine = info.cls == CodeClass::Engine && out->site == 0;
+        if (engine) out->reached_engine = true;
         if (frames != nullptr) {
           const std::uint32_t id = frame_id(t, recorder, info, f);
           if (info.cls == CodeClass::User && out->site == 0) {
@@ -296,6 +322,7 @@ class Walker final : public PythonFrameWalker {
           out->site = frame_id(t, recorder, info, f);
           return false;  // found: the rest of the stack is not needed
         }
+        if (engine && stop_at_engine) return false;  // the caller asks autograd for its node
         if (first) {
           innermost = f;
           innermost_info = info;
@@ -307,6 +334,11 @@ class Walker final : public PythonFrameWalker {
       if (frames == nullptr && out->site == 0 && have_innermost) {
         out->innermost = frame_id(t, recorder, innermost_info, innermost);
       }
+      t.last.path.swap(path);
+      t.last.result = *out;
+      t.last.mode = mode;
+      if (frames != nullptr) t.last.frames.assign(frames->begin() + static_cast<std::ptrdiff_t>(first_frame), frames->end());
+      t.last.valid = true;
       return true;
     } catch (...) {
       return false;
@@ -314,12 +346,32 @@ class Walker final : public PythonFrameWalker {
   }
 
  private:
+  // Whether this thread's frames start with `path` (and, when `whole`, are exactly `path`).
+  static bool same_path(PyThreadState* ts, const std::vector<RawFrame>& path, bool whole) {
+    std::size_t i = 0;
+    bool same = true;
+    walk_raw(ts, [&](const RawFrame& f) {
+      if (i == path.size()) {
+        if (whole) same = false;  // a frame more than last time
+        return false;
+      }
+      if (!(f == path[i])) {
+        same = false;
+        return false;
+      }
+      ++i;
+      return true;
+    });
+    return same && i == path.size();
+  }
+
   static ThreadFrames& state(std::uint64_t generation) {
     ThreadFrames& t = t_frames;
     const std::uint64_t version = g_roots_version.load(std::memory_order_acquire);
     if (t.generation != generation || t.roots_version != version) {
       t.code.clear();
       t.lines.clear();
+      t.last.valid = false;
       t.generation = generation;
       t.roots_version = version;
       std::lock_guard<std::mutex> lock(g_roots_mutex);

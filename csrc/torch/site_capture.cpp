@@ -23,10 +23,20 @@ namespace {
 std::atomic<PythonFrameWalker*> g_walker{nullptr};
 std::atomic<std::uint64_t> g_next_generation{1};
 
+}  // namespace
+
 // Per-thread caches of what this thread already interned in the current session (ids are
 // per trace: a cache filled for another session is dropped).
-struct ThreadCache {
+struct SiteCapture::ThreadCache {
   std::uint64_t generation = 0;
+  // One-entry caches in front of the maps: consecutive allocations usually share them (several
+  // blocks in one op, one backward node's outputs).
+  std::uint32_t last_site_frame = 0, last_site_stack = 0;
+  const void* last_node = nullptr;
+  std::uint64_t last_node_seq = 0;
+  std::uint32_t last_node_frame = 0;
+  std::vector<std::uint32_t> last_frames;
+  std::uint32_t last_frames_site = 0, last_frames_stack = 0;
   absl::flat_hash_map<std::uint32_t, std::uint32_t> site_stacks;  // frame id -> one-frame stack
   absl::flat_hash_map<std::pair<const std::type_info*, std::uint32_t>, std::uint32_t> node_frames;
   absl::flat_hash_map<const std::type_info*, std::uint32_t> node_names;  // -> string id
@@ -35,20 +45,29 @@ struct ThreadCache {
   std::vector<std::uint32_t> frames, python;
   std::string key;
 };
-thread_local ThreadCache t_cache;
 
-ThreadCache& cache_for(std::uint64_t generation) {
+namespace {
+thread_local SiteCapture::ThreadCache t_cache;
+}  // namespace
+
+SiteCapture::ThreadCache& SiteCapture::cache() noexcept {
   ThreadCache& c = t_cache;
-  if (c.generation != generation) {
+  if (c.generation != generation_) {
     c.site_stacks.clear();
     c.node_frames.clear();
     c.node_names.clear();
     c.stacks.clear();
     c.native.clear();
-    c.generation = generation;
+    c.last_site_frame = c.last_site_stack = 0;
+    c.last_node = nullptr;
+    c.last_frames.clear();
+    c.last_frames_stack = 0;
+    c.generation = generation_;
   }
   return c;
 }
+
+namespace {
 
 std::string demangle(const char* name) {
   if (name == nullptr) return {};
@@ -191,26 +210,34 @@ std::string SiteCapture::describe() const {
   }
 }
 
-std::uint32_t SiteCapture::site_stack(std::uint32_t frame) noexcept {
-  ThreadCache& c = cache_for(generation_);
+std::uint32_t SiteCapture::site_stack(ThreadCache& c, std::uint32_t frame) noexcept {
+  if (frame == c.last_site_frame && c.last_site_stack != 0) return c.last_site_stack;
   auto it = c.site_stacks.find(frame);
-  if (it != c.site_stacks.end()) return it->second;
-  const std::uint32_t stack = recorder_->intern_stack(&frame, 1, 0);
-  c.site_stacks.emplace(frame, stack);
+  std::uint32_t stack = 0;
+  if (it != c.site_stacks.end()) {
+    stack = it->second;
+  } else {
+    stack = recorder_->intern_stack(&frame, 1, 0);
+    c.site_stacks.emplace(frame, stack);
+  }
+  c.last_site_frame = frame;
+  c.last_site_stack = stack;
   return stack;
 }
 
-std::uint32_t SiteCapture::current_node_frame() noexcept {
+std::uint32_t SiteCapture::current_node_frame(ThreadCache& c) noexcept {
   // The node autograd is evaluating on this thread (a thread-local of the engine).
   const auto node = torch::autograd::get_current_node();
   if (!node) return 0;
   const torch::autograd::Node* n = node.get();
+  if (n == c.last_node && n->sequence_nr() == c.last_node_seq) return c.last_node_frame;
   const std::uint32_t module = modules_.module_of(n->thread_id(), n->sequence_nr());
   // The node's type names it (its name() is not called: a Python node's needs the GIL).
   const std::type_info& type = typeid(*n);
-  ThreadCache& c = cache_for(generation_);
+  c.last_node = n;
+  c.last_node_seq = n->sequence_nr();
   auto it = c.node_frames.find(std::make_pair(&type, module));
-  if (it != c.node_frames.end()) return it->second;
+  if (it != c.node_frames.end()) return c.last_node_frame = it->second;
   auto name = c.node_names.find(&type);
   if (name == c.node_names.end()) {
     name = c.node_names.emplace(&type, recorder_->intern(node_type_name(type))).first;
@@ -221,17 +248,16 @@ std::uint32_t SiteCapture::current_node_frame() noexcept {
   f.module_id = module;
   const std::uint32_t id = recorder_->intern_frame(f);
   c.node_frames.emplace(std::make_pair(&type, module), id);
-  return id;
+  return c.last_node_frame = id;
 }
 
-void SiteCapture::native_frames(std::vector<std::uint32_t>* out) noexcept {
+void SiteCapture::native_frames(ThreadCache& c, std::vector<std::uint32_t>* out) noexcept {
   std::vector<void*> ips;
   try {
     ips = torch::unwind::unwind();
   } catch (...) {
     return;  // no unwinder on this platform: no native frames
   }
-  ThreadCache& c = cache_for(generation_);
   for (void* ip : ips) {
     auto it = c.native.find(ip);
     if (it == c.native.end()) {
@@ -273,28 +299,32 @@ std::uint32_t SiteCapture::capture() noexcept {
   if (mode_ == StackMode::Off) return 0;
   try {
     PythonFrameWalker* walker = python_frame_walker();
+    ThreadCache& c = cache();
     if (mode_ == StackMode::Site) {
       PythonWalk w;
-      const bool python = walker != nullptr && walker->walk(*recorder_, generation_, &w, nullptr);
-      // Inside the autograd engine with no Python code above it: the node that is running.
+      bool python = walker != nullptr && walker->walk(*recorder_, generation_, &w, nullptr, /*stop_at_engine=*/true);
+      // Inside the autograd engine with no Python code running in it: the node that is running.
       if (!python || w.site == 0 || w.reached_engine) {
-        if (const std::uint32_t node = current_node_frame()) return site_stack(node);
+        if (const std::uint32_t node = current_node_frame(c)) return site_stack(c, node);
+        if (python && w.reached_engine) {  // the engine, outside any node: the caller's line
+          w = PythonWalk{};
+          python = walker->walk(*recorder_, generation_, &w, nullptr, /*stop_at_engine=*/false);
+        }
       }
-      if (python && w.site != 0) return site_stack(w.site);
-      if (python && w.innermost != 0) return site_stack(w.innermost);
+      if (python && w.site != 0) return site_stack(c, w.site);
+      if (python && w.innermost != 0) return site_stack(c, w.innermost);
       return no_python_;
     }
-    ThreadCache& c = cache_for(generation_);
     std::vector<std::uint32_t>& frames = c.frames;
     std::vector<std::uint32_t>& python_frames = c.python;
     frames.clear();
     python_frames.clear();
-    if (mode_ == StackMode::All) native_frames(&frames);
+    if (mode_ == StackMode::All) native_frames(c, &frames);
     const std::uint32_t native = static_cast<std::uint32_t>(frames.size());
     PythonWalk w;
-    const bool python = walker != nullptr && walker->walk(*recorder_, generation_, &w, &python_frames);
+    const bool python = walker != nullptr && walker->walk(*recorder_, generation_, &w, &python_frames, false);
     std::uint32_t site = native;  // the innermost non-native frame, unless a better one is known
-    const std::uint32_t node = (!python || w.site == 0 || w.reached_engine) ? current_node_frame() : 0;
+    const std::uint32_t node = (!python || w.site == 0 || w.reached_engine) ? current_node_frame(c) : 0;
     if (node != 0) {
       frames.push_back(node);
     } else if (python && w.site != 0) {
@@ -303,14 +333,22 @@ std::uint32_t SiteCapture::capture() noexcept {
     frames.insert(frames.end(), python_frames.begin(), python_frames.end());
     if (frames.empty()) return no_python_;
     if (site >= frames.size()) site = 0;
+    if (c.last_frames_stack != 0 && site == c.last_frames_site && frames == c.last_frames) return c.last_frames_stack;
     std::string& key = c.key;
     key.clear();
     detail::put_varint(key, site);
     for (std::uint32_t f : frames) detail::put_varint(key, f);
     auto it = c.stacks.find(key);
-    if (it != c.stacks.end()) return it->second;
-    const std::uint32_t stack = recorder_->intern_stack(frames.data(), frames.size(), site);
-    c.stacks.emplace(key, stack);
+    std::uint32_t stack = 0;
+    if (it != c.stacks.end()) {
+      stack = it->second;
+    } else {
+      stack = recorder_->intern_stack(frames.data(), frames.size(), site);
+      c.stacks.emplace(key, stack);
+    }
+    c.last_frames = frames;
+    c.last_frames_site = site;
+    c.last_frames_stack = stack;
     return stack;
   } catch (...) {
     return 0;  // out of memory in a cache: this allocation has no site

@@ -59,12 +59,13 @@ struct PythonWalk {
 class PythonFrameWalker {
  public:
   virtual ~PythonFrameWalker() = default;
-  // Walks innermost first. With `frames` null it stops at the first user frame (or the engine's
-  // entry) and interns only that frame; otherwise it appends every frame's id to *frames.
-  // `generation` identifies the session: ids cached for another session are never reused.
-  // Returns false when this thread has no Python frames it can read.
+  // Walks innermost first. With `frames` null it stops at the first user frame (and, when
+  // `stop_at_engine`, at the autograd engine's entry) and interns only that frame; otherwise it
+  // appends every frame's id to *frames. `generation` identifies the session: ids cached for
+  // another session are never reused. Returns false when this thread has no Python frames it
+  // can read.
   virtual bool walk(Recorder& recorder, std::uint64_t generation, PythonWalk* out,
-                    std::vector<std::uint32_t>* frames) noexcept = 0;
+                    std::vector<std::uint32_t>* frames, bool stop_at_engine) noexcept = 0;
 };
 // Installs the walker the Python module provides (once, at import; never removed).
 void set_python_frame_walker(PythonFrameWalker* walker) noexcept;
@@ -114,10 +115,13 @@ class SiteCapture {
   // What the capture could use, as JSON (written as `sites` metadata at start).
   std::string describe() const;
 
+  struct ThreadCache;  // what a thread already interned in this session (site_capture.cpp)
+
  private:
-  std::uint32_t site_stack(std::uint32_t frame) noexcept;
-  std::uint32_t current_node_frame() noexcept;
-  void native_frames(std::vector<std::uint32_t>* out) noexcept;
+  ThreadCache& cache() noexcept;  // this thread's, reset for a new session: one TLS access
+  std::uint32_t site_stack(ThreadCache& c, std::uint32_t frame) noexcept;
+  std::uint32_t current_node_frame(ThreadCache& c) noexcept;
+  void native_frames(ThreadCache& c, std::vector<std::uint32_t>* out) noexcept;
 
   Recorder* recorder_;
   const StackMode mode_;

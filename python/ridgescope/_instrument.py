@@ -403,9 +403,8 @@ class Instrumentation:
             trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
 
         if self._activations:
-            native = self._native
-            self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(
-                native.pack_saved, _identity)
+            pack, unpack = self._native.saved_tensor_hooks()  # C functions: called per saved tensor
+            self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
             self._saved_hooks.__enter__()
 
     def _tag_loss(self, tensors: Any = None, *args: Any, **kwargs: Any) -> None:
