@@ -67,14 +67,23 @@ dry=0
 for a in "$@"; do [[ $a == --dry-run ]] && dry=1; done
 
 # 1. Exactness, agreement with torch's own history, overhead, a small snapshot, seeded OOMs.
-timeout "$(budget 235)" $PY benchmarks/gpu_check.py --out "$files" "$@"
+timeout "$(budget 275)" $PY benchmarks/gpu_check.py --out "$files" "$@"
 rc=$?
 ((rc == 124)) && echo "FAIL gpu_check.py: ran out of its time budget"
 cp "$files/gpu_check_summary.json" "$OUT/" 2>/dev/null
 
-# 1b. Allocation sites on CUDA blocks (docs/sites.md): about 30 s, at most 35.
+# 1b. Distributed (docs/distributed.md): DDP buckets and NCCL's own memory, a world of one rank
+#     with NCCL (about 40 s; in a dry run, gloo on the CPU).
+dist_args=()
+((dry)) && dist_args=(--dry-run)
+timeout "$(budget 235)" $PY benchmarks/gpu_check_distributed.py --out "$files" "${dist_args[@]}"
+d=$?
+((d == 124)) && echo "FAIL gpu_check_distributed.py: ran out of its time budget"
+((d != 0)) && rc=1
+
+# 1c. Allocation sites on CUDA blocks (docs/sites.md): about 30 s, at most 35.
 sites_budget=$(budget 200); ((sites_budget > 35)) && sites_budget=35
-timeout "$sites_budget" $PY benchmarks/gpu_check_sites.py --out "$files" "$@"
+timeout "$sites_budget" $PY benchmarks/gpu_check_sites.py --out "$files" "${dist_args[@]}"
 s=$?
 ((s == 124)) && echo "FAIL gpu_check_sites.py: ran out of its time budget"
 ((s != 0)) && rc=1

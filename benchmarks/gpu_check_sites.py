@@ -155,7 +155,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-check-out")))
     ap.add_argument("--dry-run", action="store_true", help="the same checks on the CPU, tiny model")
-    args, _ = ap.parse_known_args()  # gpu_check.sh passes gpu_check.py's options along
+    args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     cuda = torch.cuda.is_available() and not args.dry_run

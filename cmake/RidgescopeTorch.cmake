@@ -11,7 +11,9 @@ execute_process(
   OUTPUT_STRIP_TRAILING_WHITESPACE)
 if(NOT _rs_torch_rc EQUAL 0)
   message(FATAL_ERROR "ridgescope: cannot import torch with ${Python_EXECUTABLE}: ${_rs_torch_err}\n"
-                      "Install torch into that interpreter, or configure with -DRIDGESCOPE_BUILD_TORCH=OFF for a core-only build.")
+                      "Install torch into that interpreter, configure with -DRIDGESCOPE_BUILD_PYTHON=OFF "
+                      "-DCMAKE_PREFIX_PATH=<libtorch> for the C++ package without Python (docs/cpp.md), "
+                      "or with -DRIDGESCOPE_BUILD_TORCH=OFF for a core-only build.")
 endif()
 string(REPLACE "\n" ";" _rs_torch_lines "${_rs_torch_out}")
 list(GET _rs_torch_lines 0 _rs_inc)

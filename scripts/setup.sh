@@ -8,9 +8,10 @@ cd "$(dirname "$0")/.."
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # 1. Debian packages: compilers, CMake, Ninja, Abseil (shared libraries), Catch2 (v2 or v3),
-#    Chromium (the HTML report's browser test), and venv support when the system Python lacks it.
+#    Chromium (the HTML report's browser test), unzip (scripts/test.sh unpacks a libtorch from a
+#    torch wheel), and venv support when the system Python lacks it.
 need=()
-for pkg in g++ cmake ninja-build libabsl-dev catch2 chromium; do
+for pkg in g++ cmake ninja-build libabsl-dev catch2 chromium unzip; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 "${PYTHON:-python3}" -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
@@ -44,6 +45,33 @@ fi
 if ! "$py" -c "import playwright.sync_api" 2>/dev/null; then
   log "installing playwright"
   "$py" -m pip install -q --disable-pip-version-check playwright
+fi
+
+# The editable build (step 4) needs setuptools' PEP 660 support without the old `wheel` package:
+# a new venv of Python 3.11 brings setuptools 65.5, whose editable build fails with "invalid
+# command 'bdist_wheel'".
+if ! "$py" -c "import sys, setuptools; sys.exit(int(setuptools.__version__.split('.')[0]) < 70)" 2>/dev/null; then
+  log "installing setuptools>=70.1 and wheel (the editable build)"
+  "$py" -m pip install -q --disable-pip-version-check "setuptools>=70.1" wheel
+fi
+
+# The frameworks of the integrations' tests (docs/integrations.md): Hugging Face transformers and
+# accelerate, Lightning (both of its packages), TensorBoard, pytest-xdist, and IPython (a notebook's
+# cell). Pinned versions, installed with torch held where step 3 put it (a pip constraint: pip may
+# never replace torch for them). The tests build their models from configs: no model hub is used.
+integrations=(transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6 pytorch-lightning==2.6.6
+              tensorboard==2.21.0 pytest-xdist==3.8.0 ipython==9.18.1)
+if ! "$py" - "${integrations[@]}" <<'EOF' 2>/dev/null
+import sys
+from importlib.metadata import version
+sys.exit(any(version(spec.split("==")[0]) != spec.split("==")[1] for spec in sys.argv[1:]))
+EOF
+then
+  log "installing the integrations' frameworks: ${integrations[*]}"
+  torch_pin="$(mktemp)"
+  "$py" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$torch_pin"
+  "$py" -m pip install -q --disable-pip-version-check -c "$torch_pin" "${integrations[@]}"
+  rm -f "$torch_pin"
 fi
 
 # 4. Build and install ridgescope (editable) when its native sources changed.

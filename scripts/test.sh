@@ -28,6 +28,10 @@ cmake -S examples/cpp -B build/example-src -G Ninja -DCMAKE_BUILD_TYPE=Release \
 cmake --build build/example-src
 (cd build/example && ./train_mlp --out run --steps 2)
 
+echo "== C++ package from a plain libtorch (the torch 2.13.0 CPU wheel, unpacked), no Python =="
+bash scripts/libtorch_build.sh
+
 echo "== Python tests (pytest) =="
 RIDGESCOPE_CPP_TRAINER="$PWD/build/example/train_mlp" \
+RIDGESCOPE_CPP_CONVNET="$PWD/build/convnet/train_convnet" RIDGESCOPE_CPP_CONVNET_TORCH=2.13.0 \
   .venv/bin/python -m pytest -q -p no:cacheprovider tests/python "$@"

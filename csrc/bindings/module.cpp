@@ -14,6 +14,7 @@
 #include "site_capture.h"
 #include "tracking_session.h"
 #include "allocator_model_bindings.h"
+#include "distributed_bindings.h"
 
 namespace py = pybind11;
 using ridgescope::Category;
@@ -118,6 +119,7 @@ py::tuple saved_tensor_hooks(py::object session) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "ridgescope native core (see python/ridgescope for the public API)";
   ridgescope_bindings::bind_allocator_model(m);  // _C.AllocatorModel, simulate_allocator
+  ridgescope_bindings::bind_distributed(m);      // _C.ddp_buckets
   py::register_exception<ridgescope::TraceError>(m, "TraceError", PyExc_ValueError);
 
   m.attr("TRACE_FORMAT_VERSION") = ridgescope::trace_format::kVersion;

@@ -23,6 +23,8 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from . import _model_info
+from ._data import DatasetRegistrar
+from .distributed import DistributedTracking, local_tensor
 
 BUILTIN_PHASES = ("forward", "backward", "optimizer_step", "zero_grad", "checkpoint", "eval",
                   "data", "recompute")
@@ -57,6 +59,9 @@ class Instrumentation:
         self.on_cuda_module: Callable[[], None] | None = None
         self._params = self._all_params()
         self._state_shapes: dict[int, tuple[int, int, int]] = {}
+        # DDP buckets, FSDP shards and gathers, ZeRO (python/ridgescope/distributed)
+        self.distributed = DistributedTracking(self)
+        self.datasets = DatasetRegistrar(self)  # a DataLoader's dataset is input (_data.py)
         self.failed = False
         self.error: str | None = None
 
@@ -140,6 +145,9 @@ class Instrumentation:
         ``label`` is only called (the string only built) when a tag is written."""
         if not isinstance(tensor, torch.Tensor) or tensor.device.type not in ("cpu", "cuda"):
             return
+        tensor = self.distributed.local(tensor)  # a DTensor's local shard
+        if tensor is None:
+            return
         ptr = tensor.untyped_storage().data_ptr()
         cache_key = (id(owner), key)
         if self._tagged.get(cache_key) == ptr:
@@ -154,6 +162,7 @@ class Instrumentation:
         at the end of backward loses nothing against a per-parameter hook, at a fraction of the
         cost."""
         self._native.tag_gradients()
+        self.distributed.after_backward()
 
     def tag_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
         """After an optimizer step: tags its state tensors. The scan is skipped while the state's
@@ -191,21 +200,26 @@ class Instrumentation:
     def register_existing(self) -> None:
         """Adopts the storages that existed before the session so the ledger starts right."""
         n = self._native
+        self.distributed.on_model(self._model)  # labels shards and buckets its own way
+        self.distributed.on_optimizer(self._optimizer)
+        local = self.distributed.local  # a DTensor's local shard; None: labelled already
         if self._model is not None:
             for name, p in self._model.named_parameters(remove_duplicate=True):
-                n.register(p, "parameter", self.label(name))
+                if local(p) is not None:
+                    n.register(local(p), "parameter", self.label(name))
             for name, b in self._model.named_buffers(remove_duplicate=True):
-                n.register(b, "buffer", self.label(name))
+                n.register(local(b), "buffer", self.label(name))
         for p in self._params:
-            if self._model is None:
-                n.register(p, "parameter", self.label(self._param_name(p)))
+            if self._model is None and local(p) is not None:
+                n.register(local(p), "parameter", self.label(self._param_name(p)))
             if p.grad is not None:
-                n.register(p.grad, "gradient", self.label(f"grad of {self._param_name(p)}"))
+                n.register(local_tensor(p.grad), "gradient",
+                           self.label(f"grad of {self._param_name(p)}"))
         if self._optimizer is not None:
             for p, state in self._optimizer.state.items():
                 for key, value in (state.items() if isinstance(state, dict) else ()):
                     if isinstance(value, torch.Tensor):
-                        n.register(value, "optimizer_state",
+                        n.register(local_tensor(value), "optimizer_state",
                                    self.label(f"{key} of {self._param_name(p)}"))
 
     # ------------------------------------------------------------------- discovery (no model)
@@ -230,6 +244,7 @@ class Instrumentation:
     def _adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         self._optimizer = optimizer
         self._param_names = _model_info.parameter_names(self._model, optimizer)
+        self.distributed.on_optimizer(optimizer)
         if self._model is None:  # a loop without modules: the optimizer's parameters
             self._params = self._all_params()
             for p in self._params:
@@ -246,6 +261,7 @@ class Instrumentation:
         if self.run_extra:
             run.update(self.run_extra)
         self._native.metadata("run", json.dumps(run, sort_keys=True))
+        self.distributed.publish()
 
     # ----------------------------------------------------------------------------- modules
     def _module_info(self, module: torch.nn.Module) -> tuple[int, int, str, int]:
@@ -311,6 +327,7 @@ class Instrumentation:
             else:
                 if self._root is None:
                     self._adopt_root(module)
+                self.distributed.on_outer_module(module)  # a DDP/FSDP wrapper around the model
                 if module is self._root:
                     opened = "forward" if torch.is_grad_enabled() else "eval"
             if opened is not None and not self.begin_phase(opened, explicit=False):
@@ -345,6 +362,8 @@ class Instrumentation:
                 if isinstance(t, torch.Tensor):
                     self._native.tag(t, "activation", label, True)
         if opened is not None:
+            if opened == "forward":
+                self.distributed.after_forward(module)
             self.end_phase(opened)
 
     # ----------------------------------------------------------------------------- install
@@ -391,10 +410,11 @@ class Instrumentation:
         self._patch(torch.optim.Optimizer, "zero_grad", self._phase_wrapper("zero_grad"))
         self._patch(torch.nn.Module, "zero_grad", self._phase_wrapper("zero_grad"))
         self._patch(torch, "save", self._phase_wrapper("checkpoint"))
+        self.datasets.install()
 
         import torch.optim.optimizer as opt_mod
         self._handles.append(opt_mod.register_optimizer_step_pre_hook(
-            g(lambda opt, args, kwargs: self._on_step_pre(opt))))
+            g(lambda opt, args, kwargs: self._on_step_pre(opt, args, kwargs))))
         self._handles.append(opt_mod.register_optimizer_step_post_hook(
             g(lambda opt, args, kwargs: self._on_step_post(opt))))
 
@@ -415,16 +435,43 @@ class Instrumentation:
             if isinstance(t, torch.Tensor):
                 self._native.tag(t, "activation", label, True)
 
-    def _on_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+    def _on_step_pre(self, optimizer: torch.optim.Optimizer, args: tuple = (),
+                     kwargs: dict | None = None) -> tuple[tuple, dict] | None:
         if self._counted_optimizer is None:
             self._counted_optimizer = optimizer
         if self._optimizer is None:
             self._adopt_optimizer(optimizer)
         self.tag_gradients()  # gradients made outside loss.backward() (autograd.grad, by hand)
+        kwargs = {} if kwargs is None else kwargs
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if callable(closure):
+            # step(closure) (Lightning, LBFGS) runs the closure's forward and backward inside the
+            # step: the optimizer_step phase opens when the first closure call returns (calls
+            # after it, LBFGS's line search, are inside the update).
+            wrapped = self._around_closure(closure)
+            if "closure" in kwargs:
+                return args, {**kwargs, "closure": wrapped}
+            return (args[0], wrapped, *args[2:]), kwargs
         self.begin_phase("optimizer_step", explicit=False)
+        return None
+
+    def _around_closure(self, closure: Callable[..., Any]) -> Callable[..., Any]:
+        begin = self._guard(self.begin_phase)
+        calls = [0]
+
+        def run_closure(*args: Any, **kwargs: Any) -> Any:
+            calls[0] += 1
+            if calls[0] > 1:
+                return closure(*args, **kwargs)
+            try:
+                return closure(*args, **kwargs)
+            finally:
+                begin("optimizer_step", False)
+        return run_closure
 
     def _on_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.tag_optimizer_state(optimizer)
+        self.distributed.after_step(optimizer)
         self.end_phase("optimizer_step")
         if optimizer is self._counted_optimizer:
             self._native.step(self._step)
@@ -441,6 +488,7 @@ class Instrumentation:
         for restore in reversed(self._restore):
             restore()
         self._restore.clear()
+        self.distributed.remove()
         if self._saved_hooks is not None:
             hooks, self._saved_hooks = self._saved_hooks, None
             try:

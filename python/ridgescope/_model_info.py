@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from .distributed._tracking import local_tensor
+
 # Optimizer state tensors per parameter, by optimizer class name, as a function of its
 # hyperparameters (a param group's defaults). Scalar counters (Adam's `step`) are not counted:
 # they are 4 bytes per parameter *tensor*, not per element.
@@ -39,7 +41,9 @@ def _states_per_parameter(optimizer: torch.optim.Optimizer) -> tuple[int | None,
 
 
 def storage_bytes(t: torch.Tensor) -> int:
-    """Bytes of the tensor's own elements (numel x element size)."""
+    """Bytes of the tensor's own elements (numel x element size); of a DTensor (FSDP2), this
+    rank's local shard."""
+    t = local_tensor(t)
     return t.numel() * t.element_size()
 
 
@@ -77,9 +81,10 @@ def describe_run(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer
         dtypes = Counter(str(p.dtype).replace("torch.", "") for p in unique)
         model_info: dict[str, Any] = {
             "class": type(model).__name__ if model is not None else None,
-            "parameters": sum(p.numel() for p in unique),
+            # a DTensor (FSDP2) counts this rank's local shard (docs/distributed.md)
+            "parameters": sum(local_tensor(p).numel() for p in unique),
             "parameter_tensors": len(unique),
-            "trainable_parameters": sum(p.numel() for p in trainable),
+            "trainable_parameters": sum(local_tensor(p).numel() for p in trainable),
             "trainable_parameter_tensors": len(trainable),
             "parameter_bytes": sum(storage_bytes(p) for p in unique),
             "trainable_parameter_bytes": sum(storage_bytes(p) for p in trainable),

@@ -12,6 +12,7 @@ from typing import Any
 from . import _C
 from ._errors import TraceFormatError
 from ._snapshot import file_kind
+from .distributed._section import add_distributed_section
 
 
 
@@ -33,7 +34,7 @@ class Report:
             text = _C.analyze(str(path), top_blocks, probe_time_ns, timeline_columns)
         except _C.TraceError as exc:
             raise TraceFormatError(str(exc)) from None
-        return cls(json.loads(text))
+        return cls(add_distributed_section(json.loads(text)))
 
     @classmethod
     def from_snapshot(cls, path: str | os.PathLike[str], top_blocks: int = 20,
@@ -73,6 +74,18 @@ class Report:
         if path is not None:
             Path(path).write_text(text, encoding="utf-8")
         return text
+
+    def to_tensorboard(self, logdir: str | os.PathLike[str], step_offset: int = 0) -> dict[str, Any]:
+        """Writes one TensorBoard scalar per step for the step's peak and for each category at
+        that peak, into an event file in ``logdir`` (docs/integrations.md; needs the tensorboard
+        package). ``step_offset`` shifts the step numbers. Returns what was written."""
+        from ._tensorboard import write_tensorboard
+        return write_tensorboard(self._data, logdir, step_offset)
+
+    def _repr_html_(self) -> str:
+        """A notebook shows the report as the page ``to_html`` writes, in a sandboxed frame."""
+        from ._notebook import iframe
+        return iframe(self.to_html())
 
     def summary(self) -> str:
         """A short, plain-language text report."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._format import format_bytes, format_count
+from .distributed._section import text_lines as distributed_text_lines
 
 _SHOWN_PHASES = ("forward", "backward", "optimizer_step", "zero_grad", "checkpoint", "eval",
                  "recompute", "data")
@@ -167,6 +168,9 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
                    f"{', '.join(inferred) if inferred else 'nothing'}")
         out.extend(f"  note: {n}" for n in snap["notes"])
     out.append("")
+    dist_lines = distributed_text_lines(d)  # the rank and its DDP/FSDP/ZeRO state, if any
+    if dist_lines:
+        out.extend(dist_lines + [""])
     out.extend(_model_lines(d))
     if d["model"].get("parameters") is not None or d["optimizer"].get("type"):
         out.append("")

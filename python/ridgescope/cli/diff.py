@@ -57,6 +57,9 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
                                            if y["peak_by_category"].get(c, 0) != x["peak_by_category"].get(c, 0)}
         phases[key] = entry
     return {"a": a["trace"]["path"], "b": b["trace"]["path"],
+            # the ranks of a distributed job's traces (docs/distributed.md), else None
+            "rank_a": (a.get("distributed") or {}).get("rank"),
+            "rank_b": (b.get("distributed") or {}).get("rank"),
             "peak": {"a": a["peak"]["bytes"], "b": b["peak"]["bytes"],
                      "change": b["peak"]["bytes"] - a["peak"]["bytes"],
                      "phase_a": a["peak"]["phase"], "phase_b": b["peak"]["phase"],
@@ -71,7 +74,9 @@ def render(d: dict[str, Any]) -> str:
         return ("+" if n > 0 else "-" if n < 0 else "±") + format_bytes(abs(n))
 
     p = d["peak"]
-    out = [f"ridgescope diff: {d['a']} -> {d['b']}", "",
+    ranks = (f" (rank {d['rank_a']} -> rank {d['rank_b']})"
+             if d.get("rank_a") is not None and d.get("rank_b") is not None else "")
+    out = [f"ridgescope diff: {d['a']} -> {d['b']}{ranks}", "",
            f"Peak: {format_bytes(p['a'])} ({p['phase_a']}) -> {format_bytes(p['b'])} ({p['phase_b']}), "
            f"{signed(p['change'])}"]
     for c, v in sorted(p["by_category"].items(), key=lambda kv: -abs(kv[1]["change"])):

@@ -11,8 +11,11 @@ HELP = "Print or write the memory report of a trace (text, JSON or a self-contai
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", type=Path,
-                        help="a ridgescope trace (.rstrace) or a torch memory snapshot pickle")
+    parser.add_argument("file", type=Path, nargs="+",
+                        help="a ridgescope trace (.rstrace) or a torch memory snapshot pickle; "
+                             "several traces, or a directory of them (the ranks of one job: "
+                             "run.rank*.rstrace), give one merged report of every rank "
+                             "(docs/distributed.md)")
     parser.add_argument("--format", choices=("text", "json", "html", "snapshot"), default="text",
                         help="text: a short plain-language report (default); json: the full "
                              "report in the schema of docs/report_schema.md; html: one "
@@ -22,6 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "coloured by category (docs/snapshot.md; needs -o)")
     parser.add_argument("-o", "--output", type=Path, default=None,
                         help="write the report to this file instead of standard output")
+    parser.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
+                        help="also write the per-step peak and its composition by category as "
+                             "TensorBoard scalars into an event file in DIR (needs the "
+                             "tensorboard package: pip install 'ridgescope[tensorboard]'; "
+                             "docs/integrations.md)")
     parser.add_argument("--top-blocks", type=int, default=20, metavar="N",
                         help="how many of the largest blocks live at the peak to list (default 20)")
 
@@ -31,7 +39,14 @@ def run(args: argparse.Namespace) -> int:
     from .._progress import Progress
     from .._report import Report, load
 
+    if len(args.file) > 1 or args.file[0].is_dir():  # the ranks of a job: one merged report
+        from ..distributed._cli import report_ranks
+        return report_ranks(args)
+    args.file = args.file[0]
     if args.format == "snapshot":
+        if args.tensorboard is not None:
+            from .._errors import RidgescopeError
+            raise RidgescopeError("--tensorboard goes with --format text, json or html, not snapshot")
         return _write_snapshot(args)
     options = {"timeline_columns": HTML_TIMELINE_COLUMNS} if args.format == "html" else {}
     with Progress(["analysing the trace", "rendering the report"]) as progress:
@@ -46,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
             else:
                 text = report.summary()
     emit(text, args.output)
+    if args.tensorboard is not None:
+        written = report.to_tensorboard(args.tensorboard)
+        print(f"ridgescope report: wrote {written['scalars']} TensorBoard scalars "
+              f"({written['steps']} steps) to {written['logdir']}", file=sys.stderr)
     for w in report.warnings:
         if w["kind"] == "truncated_trace":
             print(f"ridgescope report: warning: {w['message']}", file=sys.stderr)

@@ -1,0 +1,37 @@
+"""``ridgescope report A B C`` / ``ridgescope report DIR``: the merged report of several rank
+traces (called by python/ridgescope/cli/report.py)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .._errors import RidgescopeError
+from ..cli._output import emit
+from ._merge import expand_inputs, merge_traces
+
+
+def report_ranks(args: argparse.Namespace) -> int:
+    from .._progress import Progress
+
+    if args.format == "snapshot":
+        raise RidgescopeError("--format snapshot writes one run; name one trace, not several")
+    files = expand_inputs(args.file)
+    stages = [f"analysing {len(files)} rank trace(s)", "rendering the report"]
+    with Progress(stages) as progress:
+        with progress.stage(stages[0]):
+            merged = merge_traces(files)
+        with progress.stage(stages[1]):
+            if args.format == "json":
+                text = json.dumps(merged, indent=2) + "\n"
+            elif args.format == "html":
+                from ._html import render_ranks_html
+                text = render_ranks_html(merged)
+            else:
+                from ._render import render_ranks_text
+                text = render_ranks_text(merged)
+    emit(text, args.output)
+    for p in merged["ranks"]["problems"]:
+        if p["kind"] in ("truncated", "unreadable"):
+            print(f"ridgescope report: warning: {p['message']}", file=sys.stderr)
+    return 0

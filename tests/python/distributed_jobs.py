@@ -1,0 +1,224 @@
+"""The distributed jobs the distributed tests run (not a test file): one process per rank,
+launched by ``torch.multiprocessing`` with gloo on the CPU. Every rank runs each scenario twice
+with the same seeds, untracked and under ``rs.track``, and writes what torch itself says (bucket
+sizes from DDP's reducer, local shards from the DTensors and flat parameters, optimizer state
+from the optimizers) next to both loss sequences into ``results.rank<N>.json``. The tests read
+those and the traces; nothing here asserts.
+
+Scenarios are small (a 4-layer MLP of 64 wide, 4 steps), so one job of all scenarios costs a few
+seconds beyond starting the processes."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import ridgescope as rs
+
+STEPS = 4
+WIDTH = 64
+
+
+class Net(nn.Module):
+    def __init__(self, depth: int = 4) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(WIDTH, WIDTH) for _ in range(depth))
+        self.head = nn.Linear(WIDTH, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return self.head(x)
+
+
+def make_net() -> Net:
+    torch.manual_seed(0)
+    return Net()
+
+
+def batch(rank: int, step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    return torch.randn(size, WIDTH, generator=g), torch.randn(size, 8, generator=g)
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, rank: int, size: int = 16) -> list[float]:
+    losses = []
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        x, y = batch(rank, step, size)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def tensor_bytes(tensors: Any) -> int:
+    """Bytes of distinct storages (a DTensor's local shard): what torch holds for them."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        local = t.to_local() if hasattr(t, "to_local") else t
+        s = local.untyped_storage()
+        seen[s.data_ptr()] = s.nbytes()
+    return sum(seen.values())
+
+
+def state_tensors(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+
+
+def tracked(out: Path, name: str, run: Callable[[], list[float]], model: nn.Module,
+            opt: torch.optim.Optimizer) -> tuple[list[float], str, str | None]:
+    path = out / f"{name}.rstrace"
+    with rs.track(model=model, optimizer=opt, out=path) as session:
+        losses = run()
+    return losses, str(session.path), session.error
+
+
+# ------------------------------------------------------------------------------ scenarios
+def ddp(rank: int, world: int, out: Path, view: bool, name: str,
+        sizes: dict[int, int] | None = None) -> dict[str, Any]:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    size = (sizes or {}).get(rank, 16)
+
+    def build() -> tuple[nn.Module, torch.optim.Optimizer]:
+        net = DDP(make_net(), bucket_cap_mb=0.01, gradient_as_bucket_view=view)
+        return net, torch.optim.AdamW(net.parameters())
+
+    net, opt = build()
+    plain = train(net, opt, rank, size)
+    net, opt = build()
+    first = [b.buffer().numel() * b.buffer().element_size()
+             for b in net.reducer._get_zeros_like_grad_buckets()]
+    losses, path, error = tracked(out, name, lambda: train(net, opt, rank, size), net, opt)
+    rebuilt = [b.buffer().numel() * b.buffer().element_size()
+               for b in net.reducer._get_zeros_like_grad_buckets()]
+    return {"trace": path, "error": error, "losses": losses, "untracked_losses": plain,
+            "first_bucket_bytes": first, "bucket_bytes": rebuilt,
+            "parameter_bytes": sum(p.numel() * p.element_size() for p in net.parameters()),
+            "optimizer_state_bytes": tensor_bytes(state_tensors(opt))}
+
+
+def fsdp2(rank: int, world: int, out: Path) -> dict[str, Any]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (world,))
+
+    def build() -> tuple[nn.Module, torch.optim.Optimizer]:
+        net = make_net()
+        inner = net.layers[3].forward
+
+        def forward(x: torch.Tensor) -> torch.Tensor:  # a marker phase while layers.3 runs
+            with rs.phase("inside layers.3"):
+                return inner(x)
+        net.layers[3].forward = forward
+        for layer in net.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(net.head, mesh=mesh)
+        fully_shard(net, mesh=mesh)
+        return net, torch.optim.AdamW(net.parameters())
+
+    net, opt = build()
+    plain = train(net, opt, rank)
+    net, opt = build()
+    losses, path, error = tracked(out, "fsdp2", lambda: train(net, opt, rank), net, opt)
+    steps = [v for v in state_tensors(opt) if v.dim() == 0]
+    return {"trace": path, "error": error, "losses": losses, "untracked_losses": plain,
+            "local_shard_bytes": tensor_bytes(net.parameters()),
+            "optimizer_state_bytes": tensor_bytes(state_tensors(opt)),
+            "step_counter_bytes": tensor_bytes(steps),
+            "layer3_full_bytes": sum(p.numel() * p.element_size()
+                                     for p in make_net().layers[3].parameters())}
+
+
+def fsdp1(rank: int, world: int, out: Path) -> dict[str, Any]:
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    def build() -> tuple[nn.Module, torch.optim.Optimizer]:
+        net = FSDP(make_net(), auto_wrap_policy=ModuleWrapPolicy({nn.Linear}),
+                   device_id=torch.device("cpu"))
+        return net, torch.optim.AdamW(net.parameters())
+
+    net, opt = build()
+    plain = train(net, opt, rank)
+    net, opt = build()
+    losses, path, error = tracked(out, "fsdp1", lambda: train(net, opt, rank), net, opt)
+    return {"trace": path, "error": error, "losses": losses, "untracked_losses": plain,
+            "local_shard_bytes": sum(p.numel() * p.element_size() for p in net.parameters()),
+            "optimizer_state_bytes": tensor_bytes(state_tensors(opt))}
+
+
+def zero(rank: int, world: int, out: Path) -> dict[str, Any]:
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def build() -> tuple[nn.Module, torch.optim.Optimizer]:
+        net = DDP(make_net())
+        return net, ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.AdamW,
+                                            parameters_as_bucket_view=True)
+
+    net, opt = build()
+    plain = train(net, opt, rank)
+    net, opt = build()
+    losses, path, error = tracked(out, "zero", lambda: train(net, opt, rank), net, opt)
+    return {"trace": path, "error": error, "losses": losses, "untracked_losses": plain,
+            "parameter_bytes": sum(p.numel() * p.element_size() for p in net.parameters()),
+            "local_optimizer_state_bytes": tensor_bytes(state_tensors(opt.optim)),
+            "bucket_bytes": [b.buffer().numel() * b.buffer().element_size()
+                             for b in net.reducer._get_zeros_like_grad_buckets()]}
+
+
+def killed(rank: int, world: int, out: Path) -> None:
+    """Each rank tracks a local loop; rank 1 is killed (SIGKILL) in its third step, after rank
+    0 has finished, so no collective waits on it."""
+    net = make_net()
+    opt = torch.optim.AdamW(net.parameters())
+    with rs.track(model=net, optimizer=opt, out=out / "killed.rstrace") as session:
+        for step in range(STEPS):
+            if rank == 1 and step == 2:
+                session.flush()
+                deadline = time.monotonic() + 60
+                while not (out / "killed.done").exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                os.kill(os.getpid(), signal.SIGKILL)
+            opt.zero_grad(set_to_none=True)
+            x, y = batch(rank, step, 16)
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            opt.step()
+    (out / "killed.done").write_text("rank 0 finished\n")
+
+
+SCENARIOS: dict[str, Callable[[int, int, Path], dict[str, Any]]] = {
+    "ddp": lambda r, w, o: ddp(r, w, o, view=False, name="ddp"),
+    "ddp_view": lambda r, w, o: ddp(r, w, o, view=True, name="ddp_view"),
+    # rank 2 trains on a 4x larger batch: it must peak highest in the merged report
+    "ddp_skewed": lambda r, w, o: ddp(r, w, o, view=False, name="skewed", sizes={2: 64}),
+    "fsdp2": fsdp2,
+    "fsdp1": fsdp1,
+    "zero": zero,
+}
+
+
+def job(rank: int, world: int, port: int, out: str, scenarios: list[str], kill: bool) -> None:
+    """One rank of the job (the target of torch.multiprocessing.start_processes)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    outdir = Path(out)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    results = {name: SCENARIOS[name](rank, world, outdir) for name in scenarios}
+    (outdir / f"results.rank{rank}.json").write_text(json.dumps(results))
+    dist.barrier()
+    dist.destroy_process_group()
+    if kill:
+        killed(rank, world, outdir)
