@@ -165,6 +165,14 @@ int line_of(PyCodeObject* code, int lasti) {
 #endif
 }
 
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
 // A str's text as UTF-8, read from its canonical representation (no UTF-8 cache is made).
 bool utf8_of(PyObject* s, std::string* out) {
   out->clear();
@@ -223,7 +231,9 @@ bool starts_with(const std::string& s, const std::string& prefix) {
 enum class CodeClass : std::uint8_t { User, Library, Engine };
 
 CodeClass classify(const Roots& roots, const std::string& file, const std::string& name) {
-  if (starts_with(file, "<frozen ")) return CodeClass::Library;
+  // Frozen standard-library modules, and code torch.fx generates for a GraphModule (the graph
+  // Dynamo captured): torch's, not the user's.
+  if (starts_with(file, "<frozen ") || starts_with(file, "<eval_with_key>")) return CodeClass::Library;
   for (const std::string& root : roots.library) {
     if (!starts_with(file, root)) continue;
     // torch's autograd engine entry: below it, C++ autograd runs (see site_capture.h).
@@ -280,7 +290,7 @@ class Walker final : public PythonFrameWalker {
   bool walk(Recorder& recorder, std::uint64_t generation, PythonWalk* out, std::vector<std::uint32_t>* frames,
             bool stop_at_engine) noexcept override {
     try {
-      if (!Py_IsInitialized()) return false;
+      if (!Py_IsInitialized() || finalizing()) return false;  // thread states may be going away
       PyThreadState* ts = PyGILState_GetThisThreadState();  // this thread's own state (no GIL)
       if (ts == nullptr) return false;
       ThreadFrames& t = state(generation);

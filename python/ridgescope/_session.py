@@ -43,11 +43,28 @@ def _code_roots() -> tuple[list[str], list[str]]:
                     out.append(q)
         return out
 
-    library = [os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__))]
+    library = [os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)),
+               _inductor_cache_dir()]
     paths = sysconfig.get_paths()
     stdlib = [paths[k] for k in ("stdlib", "platstdlib") if paths.get(k)]
     stdlib.append(os.path.dirname(os.__file__))
     return with_real(library), with_real(stdlib)
+
+
+def _inductor_cache_dir() -> str:
+    """Where Inductor writes the Python code of compiled graphs (torch._inductor's cache_dir(),
+    computed without importing Inductor): library code, not the user's."""
+    import getpass
+    import re
+
+    env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if env:
+        return env
+    try:
+        user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+    except Exception:
+        user = "unknown"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + user)
 
 
 def _configure_sites() -> str:

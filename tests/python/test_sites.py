@@ -232,3 +232,29 @@ def test_ridgescope_run_records_the_scripts_own_lines(tmp_path):
     assert files[stack["site"]] == str(script)
     assert any(f.endswith("runpy.py") or f == "<frozen runpy>" for f in files[stack["site"] + 1:])
     assert any(f.startswith(os.path.dirname(rs.__file__)) for f in files[stack["site"] + 1:])
+
+
+def compiled_body(x: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x) * 2 + 1
+
+
+def test_allocations_of_a_compiled_function_are_placed_in_it_not_in_generated_code(tmp_path):
+    """Scenario: a function compiled with torch.compile (the eager backend: Dynamo's graph runs as
+    torch.fx generated code) is called three times and its results kept.
+    Then the blocks it made are placed in that function (this file), never in the code Dynamo and
+    torch.fx generated (`<eval_with_key>`) or in torch."""
+    compiled = torch.compile(compiled_body, backend="eager")
+    x = torch.randn(1000)
+    out = tmp_path / "compiled.rstrace"
+    with rs.track(out=out):
+        kept = [compiled(x) for _ in range(3)]
+    r = rs.load(out, top_blocks=1000).to_dict()
+    mine = [b for b in r["peak"]["top_blocks"] if b["bytes"] == storage_nbytes(kept[0])]
+    assert len(mine) >= 3
+    for b in mine:
+        f = r["frames"][b["site_frame"]]
+        assert (f["file"], f["function"]) == (__file__, "compiled_body"), b["site"]
+
+
+def storage_nbytes(t: torch.Tensor) -> int:
+    return t.untyped_storage().nbytes()
