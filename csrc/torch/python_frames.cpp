@@ -33,6 +33,11 @@ namespace ridgescope::sources {
 namespace {
 
 #if RS_PYFRAMES >= 311
+// A code unit (_Py_CODEUNIT: two bytes, internal to CPython in 3.13) and the first one of a code
+// object (_PyCode_CODE).
+using CodeUnit = std::uint16_t;
+const CodeUnit* code_start(PyCodeObject* code) { return reinterpret_cast<const CodeUnit*>(code->co_code_adaptive); }
+
 // The first fields of CPython's _PyInterpreterFrame (Include/internal/pycore_frame.h of each
 // version), as far as the walk reads them.
 #if RS_PYFRAMES == 311
@@ -44,13 +49,13 @@ struct InterpreterFrame {
   PyCodeObject* f_code;
   PyFrameObject* frame_obj;
   InterpreterFrame* previous;
-  _Py_CODEUNIT* prev_instr;
+  CodeUnit* prev_instr;
   int stacktop;
   bool is_entry;
   char owner;
 };
 PyCodeObject* code_of(const InterpreterFrame* f) { return f->f_code; }
-const _Py_CODEUNIT* instruction_of(const InterpreterFrame* f) { return f->prev_instr; }
+const CodeUnit* instruction_of(const InterpreterFrame* f) { return f->prev_instr; }
 #elif RS_PYFRAMES == 312
 struct InterpreterFrame {
   PyCodeObject* f_code;
@@ -60,13 +65,13 @@ struct InterpreterFrame {
   PyObject* f_builtins;
   PyObject* f_locals;
   PyFrameObject* frame_obj;
-  _Py_CODEUNIT* prev_instr;
+  CodeUnit* prev_instr;
   int stacktop;
   std::uint16_t return_offset;
   char owner;
 };
 PyCodeObject* code_of(const InterpreterFrame* f) { return f->f_code; }
-const _Py_CODEUNIT* instruction_of(const InterpreterFrame* f) { return f->prev_instr; }
+const CodeUnit* instruction_of(const InterpreterFrame* f) { return f->prev_instr; }
 #else  // 3.13
 struct InterpreterFrame {
   PyObject* f_executable;
@@ -76,7 +81,7 @@ struct InterpreterFrame {
   PyObject* f_builtins;
   PyObject* f_locals;
   PyFrameObject* frame_obj;
-  _Py_CODEUNIT* instr_ptr;
+  CodeUnit* instr_ptr;
   int stacktop;
   std::uint16_t return_offset;
   char owner;
@@ -85,7 +90,7 @@ PyCodeObject* code_of(const InterpreterFrame* f) {
   return f->f_executable != nullptr && PyCode_Check(f->f_executable) ? reinterpret_cast<PyCodeObject*>(f->f_executable)
                                                                     : nullptr;
 }
-const _Py_CODEUNIT* instruction_of(const InterpreterFrame* f) { return f->instr_ptr; }
+const CodeUnit* instruction_of(const InterpreterFrame* f) { return f->instr_ptr; }
 #endif
 constexpr char kOwnedByGenerator = 1;
 constexpr char kOwnedByCStack = 3;  // 3.12+: the interpreter's entry frames
@@ -105,7 +110,7 @@ bool incomplete(const InterpreterFrame* f) {
 #endif
   PyCodeObject* code = code_of(f);
   if (code == nullptr) return true;
-  return f->owner != kOwnedByGenerator && instruction_of(f) < _PyCode_CODE(code) + code->_co_firsttraceable;
+  return f->owner != kOwnedByGenerator && instruction_of(f) < code_start(code) + code->_co_firsttraceable;
 }
 #endif  // RS_PYFRAMES >= 311
 
@@ -135,7 +140,7 @@ bool walk_raw(PyThreadState* ts, Fn&& fn) {
   for (const InterpreterFrame* f = top_frame(ts); f != nullptr; f = f->previous) {
     if (incomplete(f)) continue;
     PyCodeObject* code = code_of(f);
-    if (!fn(RawFrame{f, code, static_cast<int>(instruction_of(f) - _PyCode_CODE(code))})) break;
+    if (!fn(RawFrame{f, code, static_cast<int>(instruction_of(f) - code_start(code))})) break;
   }
   return true;
 #endif
@@ -160,7 +165,7 @@ int line_of(PyCodeObject* code, int lasti) {
   bounds.ar_end = 0;
   bounds.opaque.computed_line = code->co_firstlineno;
   bounds.ar_line = -1;
-  const int line = _PyCode_CheckLineNumber(lasti * static_cast<int>(sizeof(_Py_CODEUNIT)), &bounds);
+  const int line = _PyCode_CheckLineNumber(lasti * 2, &bounds);  // bytes: two per code unit
   return line < 0 ? 0 : line;
 #endif
 }
