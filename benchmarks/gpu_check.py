@@ -18,6 +18,10 @@ Checks (issue 3 items 5-8, issue 4 item 6):
               stacks="python"); target: tracked at most 1 % over untracked.
   snapshot    a small real snapshot (torch's _dump_snapshot) and ridgescope's trace of the same
               run, written to OUT for tests/data.
+  snapshot_inference (issue 14, unverified: written without a GPU) a snapshot of AdamW steps
+              recorded after the model was built: the import ends in torch's state, at most 5 %
+              unknown at its peak, and the storages of the parameters, gradients and AdamW state
+              (torch's objects) get those categories.
   ooms        seeded OOMs under set_per_process_memory_fraction: an activation peak, a first-step
               optimizer OOM, fragmentation; each verdict; NVML vs memory_reserved() within the
               CUDA context size.
@@ -491,6 +495,60 @@ def small_snapshot(out: Path) -> None:
     del model, opt
 
 
+# ------------------------------------------------------------------------ issue 14
+def snapshot_inference(out: Path) -> None:
+    """A snapshot torch writes of AdamW training recorded after the model was built (weights with
+    no stack, as in most real snapshots), read by ridgescope's inference: it ends in torch's
+    state, leaves at most 5 % of its peak unknown, and every block that torch's own objects say
+    is a parameter, a gradient or AdamW state (by storage address) gets that category."""
+    w = Workload("cuda", vocab=512, d_model=128, heads=4, layers=2, seq=64, batch=4)
+    model, opt = w.make()
+    fresh()
+    path = out / "gpu_inference_snapshot.pickle"
+    torch.cuda.memory._record_memory_history(max_entries=100000)  # Python and C++ stacks
+    try:
+        for i in range(3):
+            w.step(model, opt, i)
+        x, y = (t.to("cuda") for t in w.inputs[0])
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = models.gpt_loss(model, x, y)
+        loss.backward()  # the gradients are live when the snapshot is taken
+        del loss
+        torch.cuda.synchronize()
+        torch.cuda.memory._dump_snapshot(str(path))
+        allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    report = rs.load(path)
+    d = report.to_dict()
+    peak = d["peak"]
+    check("snapshot_inference.end_state_is_torchs",
+          d["totals"]["final_live_bytes"] == allocated and d["totals"]["final_reserved_bytes"] == reserved,
+          f"end {d['totals']['final_live_bytes']} B live, {d['totals']['final_reserved_bytes']} B reserved vs "
+          f"memory_allocated {allocated} B, memory_reserved {reserved} B")
+    check("snapshot_inference.unknown_at_most_5_percent", peak["by_category"]["unknown"] <= 0.05 * peak["bytes"],
+          f"unknown {peak['by_category']['unknown']} B of a {peak['bytes']} B peak; "
+          + ", ".join(f"{r['rule']} {r['peak_bytes']}" for r in d["snapshot"]["reasons"][:8]))
+    export = out / "gpu_inference_export.pickle"
+    report.to_snapshot(export)
+    with open(export, "rb") as f:
+        exported = pickle.load(f)  # ridgescope's own export: plain data
+    category = {b["address"]: b.get("category") for s in exported["segments"] for b in s["blocks"]
+                if b["state"] == "active_allocated"}
+    truth = {"parameter": {p.untyped_storage().data_ptr() for p in model.parameters()},
+             "gradient": {p.grad.untyped_storage().data_ptr() for p in model.parameters() if p.grad is not None},
+             "optimizer_state": {t.untyped_storage().data_ptr() for st in opt.state.values() for t in st.values()
+                                 if torch.is_tensor(t) and t.is_cuda}}
+    for name, addresses in truth.items():
+        wrong = sorted((hex(a), category.get(a)) for a in addresses if category.get(a) != name)
+        check(f"snapshot_inference.{name}_blocks", bool(addresses) and not wrong,
+              f"{len(addresses)} {name} storages by torch's objects; miscategorised: {wrong[:6]}")
+    FIGURES["snapshot_inference"] = {"peak": peak["bytes"], "by_category": peak["by_category"],
+                                     "reasons": [(r["rule"], r["peak_bytes"]) for r in d["snapshot"]["reasons"]]}
+    export.unlink()
+    del model, opt
+
+
 # ------------------------------------------------------------------------ issue 4, item 6
 def set_capacity(extra_bytes: int) -> int:
     """Lets the allocator reserve `extra_bytes` more than now; returns the limit in bytes."""
@@ -645,6 +703,8 @@ def main() -> int:
             section("overhead", lambda: overhead(big, rounds=5, steps=10, out=args.out, cuda=True))
         if want("snapshot"):
             section("snapshot", lambda: small_snapshot(args.out))
+        if want("snapshot_inference"):
+            section("snapshot_inference", lambda: snapshot_inference(args.out))
         if want("ooms"):
             section("oom_activation", lambda: oom_activation(args.out))
             section("oom_first_step", lambda: oom_first_step(args.out))

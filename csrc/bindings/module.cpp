@@ -61,6 +61,16 @@ py::list read_events(const std::string& path, std::size_t limit) {
   return out;
 }
 
+// User category rules for snapshots: (name, category, frame-name regex, file regex) tuples.
+using RuleTuple = std::tuple<std::string, std::string, std::string, std::string>;
+std::vector<ridgescope::SnapshotCategoryRule> to_rules(const std::vector<RuleTuple>& rules) {
+  std::vector<ridgescope::SnapshotCategoryRule> out;
+  for (const auto& [name, category, frame_name, file] : rules) {
+    out.push_back({name, to_category(category), frame_name, file});
+  }
+  return out;
+}
+
 // Event kinds a TraceWriter may write (strings and metadata have their own calls).
 ridgescope::EventKind to_event_kind(const std::string& name) {
   using ridgescope::EventKind;
@@ -133,15 +143,19 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "analyze",
       [](const std::string& path, std::size_t top_blocks, std::optional<std::uint64_t> probe_time_ns,
-         std::size_t timeline_columns) {
+         std::size_t timeline_columns, std::optional<int> cuda_device, bool cpu) {
         ridgescope::AnalysisOptions options;
         options.top_blocks = top_blocks;
         options.probe_time_ns = probe_time_ns;
         options.timeline_columns = timeline_columns;
+        if (cpu) options.device = ridgescope::Device{};
+        if (cuda_device) {
+          options.device = ridgescope::Device{ridgescope::DeviceType::CUDA, static_cast<std::int16_t>(*cuda_device)};
+        }
         return ridgescope::report_to_json(ridgescope::analyze_trace(path, options));
       },
       py::arg("path"), py::arg("top_blocks") = 20, py::arg("probe_time_ns") = py::none(),
-      py::arg("timeline_columns") = 2000,
+      py::arg("timeline_columns") = 2000, py::arg("cuda_device") = py::none(), py::arg("cpu") = false,
       py::call_guard<py::gil_scoped_release>(),
       "Analyse a trace file; returns the report as JSON text.");
   m.def("read_events", &read_events, py::arg("path"), py::arg("limit") = SIZE_MAX,
@@ -170,27 +184,32 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "analyze_snapshot",
       [](const std::string& path, std::size_t top_blocks, std::optional<std::uint64_t> probe_time_ns,
-         std::size_t timeline_columns, std::optional<int> device_index) {
+         std::size_t timeline_columns, std::optional<int> device_index, const std::vector<RuleTuple>& rules) {
         ridgescope::AnalysisOptions options;
         options.top_blocks = top_blocks;
         options.probe_time_ns = probe_time_ns;
         options.timeline_columns = timeline_columns;
         ridgescope::SnapshotReadOptions read;
         read.device_index = device_index;
+        read.rules = to_rules(rules);
         return ridgescope::report_to_json(ridgescope::analyze_snapshot(path, options, read));
       },
       py::arg("path"), py::arg("top_blocks") = 20, py::arg("probe_time_ns") = py::none(),
       py::arg("timeline_columns") = 2000, py::arg("device_index") = py::none(),
+      py::arg("rules") = std::vector<RuleTuple>{},
       py::call_guard<py::gil_scoped_release>(),
       "Read a torch memory snapshot pickle (restricted unpickler) and analyse it; returns JSON.");
   m.def(
       "snapshot_to_trace",
-      [](const std::string& pickle_path, const std::string& trace_path, std::optional<int> device_index) {
+      [](const std::string& pickle_path, const std::string& trace_path, std::optional<int> device_index,
+         const std::vector<RuleTuple>& rules) {
         ridgescope::SnapshotReadOptions read;
         read.device_index = device_index;
+        read.rules = to_rules(rules);
         return ridgescope::snapshot_to_trace(pickle_path, trace_path, read).alloc_conf;
       },
       py::arg("pickle_path"), py::arg("trace_path"), py::arg("device_index") = py::none(),
+      py::arg("rules") = std::vector<RuleTuple>{},
       py::call_guard<py::gil_scoped_release>(),
       "Replay a torch memory snapshot pickle as a ridgescope trace file; returns the snapshot's "
       "PYTORCH_CUDA_ALLOC_CONF (allocator_settings), '' when it has none.");

@@ -103,7 +103,7 @@ class LifetimePass {
     std::uint64_t block_id, alloc_seq, bytes, idle_epoch;
     std::int32_t instance;  // innermost open phase at alloc, -1 when idle
     bool forwardish, in_backward, in_optimizer;
-    bool has_strong = false, has_weak = false;
+    bool has_strong = false, has_weak = false, strong_inferred = false;
     Category strong = Category::Unknown, weak = Category::Unknown;
     std::uint32_t strong_label = 0, weak_label = 0;
   };
@@ -157,6 +157,7 @@ class LifetimePass {
         p.has_strong = true;
         p.strong = e.category;
         p.strong_label = e.string_id;
+        p.strong_inferred = (e.flags & kTagInferred) != 0 && e.category != Category::Unknown;
       }
     } else if (!p.has_weak) {
       p.has_weak = true;
@@ -197,7 +198,7 @@ class LifetimePass {
   void resolve(const Pending& p, bool freed) {
     Resolved& r = resolved_[p.block_id];
     if (p.has_strong) {
-      r = Resolved{p.strong, false, p.strong_label};
+      r = Resolved{p.strong, p.strong_inferred, p.strong_label};
       return;
     }
     if (p.has_weak) {
@@ -694,6 +695,7 @@ class ReplayPass {
       if (s.phases.empty() && s.peak_bytes == s.start_bytes) report_.steps.pop_back();
     }
     report_.final_live_bytes = ledger_.live_bytes();
+    report_.final_reserved_bytes = ledger_.reserved_bytes();
     report_.final_by_category = ledger_.by_category();
     report_.anomalies = ledger_.anomalies();
     report_.retained = retention_.result(frames_);

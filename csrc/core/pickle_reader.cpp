@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
+#include <utility>
 
 namespace ridgescope::detail {
 namespace {
@@ -115,6 +116,7 @@ class Parser {
           const std::size_t mark = pop_mark("APPENDS", at);
           if (mark == 0) underflow("APPENDS", at);
           PickleContainer& c = add_to(stack_[mark - 1], PickleValue::Type::List, "APPENDS", at);
+          if (c.list.empty()) c.list.reserve(stack_.size() - mark);  // the first batch (later ones grow)
           for (std::size_t i = mark; i < stack_.size(); ++i) {
             note_child(c, stack_[i], at);
             c.list.push_back(std::move(stack_[i]));
@@ -137,6 +139,7 @@ class Parser {
           if (mark == 0) underflow("SETITEMS", at);
           if ((stack_.size() - mark) % 2 != 0) fail("malformed pickle: SETITEMS with an odd number of items", at);
           PickleContainer& c = add_to(stack_[mark - 1], PickleValue::Type::Dict, "SETITEMS", at);
+          if (c.dict.empty()) c.dict.reserve((stack_.size() - mark) / 2);  // the first batch (later ones grow)
           for (std::size_t i = mark; i < stack_.size(); i += 2) {
             check_key(stack_[i], at);
             note_child(c, stack_[i + 1], at);
@@ -358,6 +361,7 @@ class Parser {
 
   void build_sequence(PickleValue::Type type, std::size_t from, std::size_t at) {
     PickleValue v = new_container(type, at);
+    v.items->list.reserve(stack_.size() - from);
     for (std::size_t i = from; i < stack_.size(); ++i) {
       note_child(*v.items, stack_[i], at);
       v.items->list.push_back(std::move(stack_[i]));

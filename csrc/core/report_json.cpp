@@ -349,6 +349,7 @@ std::string report_to_json(const Report& r) {
   w.key("totals").begin_object();
   w.field("allocations", r.allocations).field("frees", r.frees).field("tags", r.tags);
   w.field("final_live_bytes", r.final_live_bytes);
+  w.field("final_reserved_bytes", r.final_reserved_bytes);
   write_categories(w, "final_by_category", r.final_by_category);
   w.end_object();
 
@@ -450,6 +451,24 @@ std::string report_to_json(const Report& r) {
     w.field("categorised_from_frames", si.categorised_from_frames);
     w.key("notes").begin_array();
     for (const auto& n : si.notes) w.value(n);
+    w.end_array();
+    w.key("reasons").begin_array();
+    for (const SnapshotReason& x : si.reasons) {
+      w.begin_object().field("rule", x.rule).field("category", category_name(x.category));
+      w.field("reason", x.reason).field("allocations", x.allocations).field("peak_bytes", x.peak_bytes);
+      w.field("peak_blocks", x.peak_blocks).field("end_bytes", x.end_bytes).end_object();
+    }
+    w.end_array();
+    w.field("device_choice", si.device_choice);
+    w.key("devices").begin_array();
+    for (const SnapshotDevice& d : si.devices) {
+      w.begin_object().field("device", d.device).field("segments", d.segments);
+      w.field("trace_entries", d.trace_entries).field("peak_bytes", d.peak_bytes);
+      w.field("peak_reserved_bytes", d.peak_reserved_bytes);
+      write_categories(w, "peak_by_category", d.peak_by_category);
+      w.field("end_live_bytes", d.end_live_bytes).field("end_reserved_bytes", d.end_reserved_bytes);
+      w.end_object();
+    }
     w.end_array();
     w.end_object();
   }

@@ -19,6 +19,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "pickle_reader.h"
+#include "snapshot_sink.h"
+#include "snapshot_replay.h"
 #include "ridgescope/cuda_trace.h"
 #include "ridgescope/recorder.h"
 #include "ridgescope/snapshot.h"
@@ -51,17 +53,15 @@ Action parse_action(std::string_view a) {
   return Action::Other;  // "snapshot" and actions of newer torch versions
 }
 
-struct Frame {
-  std::string_view filename, name;
-  std::int64_t line = 0;
-};
+using Frame = detail::SnapshotFrame;
+const std::vector<Frame> kNoFrames;
 
 struct Entry {
   Action action = Action::Other;
   std::uint64_t addr = 0, size = 0, stream = 0, time_us = 0, device_free = 0;
   std::optional<std::uint64_t> block_size;  // ridgescope exports: the block's exact bytes
   bool legacy_free = false;                 // old snapshots' "free": no free_requested before it
-  std::vector<Frame> frames;
+  const std::vector<Frame>* frames = &kNoFrames;  // owned by the converter's FramesCache
   std::optional<std::string_view> category;
   std::string_view phase, label, module;  // from a dict user_metadata
   std::optional<bool> category_inferred;
@@ -77,10 +77,10 @@ struct Entry {
 class VisitBudget {
  public:
   explicit VisitBudget(std::uint64_t file_bytes) : left_(kVisitsPerByte * file_bytes + kSlack) {}
-  void take(std::uint64_t items, const std::string& where) {
+  void take(std::uint64_t items, const std::string& where, std::string_view suffix = {}) {
     if (items > left_) {
-      content_error(where + " makes the snapshot reference more items than its bytes can hold (the same "
-                            "lists referenced many times over: a decompression bomb?)");
+      content_error(where + std::string(suffix) + " makes the snapshot reference more items than its bytes can hold "
+                    "(the same lists referenced many times over: a decompression bomb?)");
     }
     left_ -= items;
   }
@@ -130,24 +130,45 @@ const PickleValue& list_field(const PickleValue& d, std::string_view key, const 
   return *v;
 }
 
-std::vector<Frame> read_frames(const PickleValue& d, const std::string& where, VisitBudget& budget) {
-  std::vector<Frame> out;
-  const PickleValue* v = field(d, "frames");
-  if (v == nullptr || v->type == PickleValue::Type::None) return out;
-  if (!v->is_list_like()) content_error(where + "['frames'] must be a list, got " + type_of(*v));
-  budget.take(v->list().size(), where + "['frames']");
-  std::size_t i = 0;
-  for (const PickleValue& f : v->list()) {
-    const std::string fw = where + "['frames'][" + std::to_string(i++) + "]";
-    if (!f.is_dict()) content_error(fw + " must be a dict, got " + type_of(f));
-    std::int64_t line = 0;
-    if (const PickleValue* l = f.get("line"); l != nullptr) l->to_int64(&line);
-    out.push_back({str_field(f, "filename", fw), str_field(f, "name", fw), line});
+// Frames lists, each read once: torch shares one list among an allocation's entries and its
+// block (through the pickle's memo), so the replay meets the same list several times. Every
+// reference still counts against the visit budget. The lists live as long as the cache.
+class FramesCache {
+ public:
+  const std::vector<Frame>* read(const PickleValue& d, const std::string& where, VisitBudget& budget) {
+    const PickleValue* v = field(d, "frames");
+    if (v == nullptr || v->type == PickleValue::Type::None) return &none_;
+    if (!v->is_list_like()) content_error(where + "['frames'] must be a list, got " + type_of(*v));
+    budget.take(v->list().size(), where, "['frames']");
+    if (v->list().empty()) return &none_;
+    auto [it, inserted] = lists_.try_emplace(v->items.get());
+    if (!inserted) return it->second.get();
+    auto out = std::make_unique<std::vector<Frame>>();
+    out->reserve(v->list().size());
+    std::size_t i = 0;
+    for (const PickleValue& f : v->list()) {
+      auto fw = [&] { return where + "['frames'][" + std::to_string(i) + "]"; };
+      if (!f.is_dict()) content_error(fw() + " must be a dict, got " + type_of(f));
+      const PickleValue* file = f.get("filename");
+      const PickleValue* name = f.get("name");
+      if (file == nullptr || !file->is_str() || name == nullptr || !name->is_str()) {
+        str_field(f, "filename", fw());  // the error that names the problem
+        str_field(f, "name", fw());
+      }
+      std::int64_t line = 0;
+      if (const PickleValue* l = f.get("line"); l != nullptr) l->to_int64(&line);
+      out->push_back({file->str(), name->str(), line});
+      ++i;
+    }
+    return (it->second = std::move(out)).get();
   }
-  return out;
-}
 
-Entry read_entry(const PickleValue& t, const std::string& where, VisitBudget& budget) {
+ private:
+  const std::vector<Frame> none_;
+  absl::flat_hash_map<const void*, std::unique_ptr<std::vector<Frame>>> lists_;  // by the pickle's list
+};
+
+Entry read_entry(const PickleValue& t, const std::string& where, VisitBudget& budget, FramesCache& frames) {
   if (!t.is_dict()) content_error(where + " must be a dict, got " + type_of(t));
   Entry e;
   const std::string_view action = str_field(t, "action", where);
@@ -164,7 +185,7 @@ Entry read_entry(const PickleValue& t, const std::string& where, VisitBudget& bu
   e.stream = opt_uint(t, "stream", where).value_or(0);
   e.time_us = opt_uint(t, "time_us", where).value_or(0);
   e.block_size = opt_uint(t, "block_size", where);
-  e.frames = read_frames(t, where, budget);
+  e.frames = frames.read(t, where, budget);
   if (const PickleValue* c = field(t, "category"); c != nullptr && c->type != PickleValue::Type::None) {
     if (!c->is_str()) content_error(where + "['category'] must be a str, got " + type_of(*c));
     e.category = c->str();
@@ -184,77 +205,6 @@ Entry read_entry(const PickleValue& t, const std::string& where, VisitBudget& bu
   return e;
 }
 
-bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
-
-std::string frame_text(const Frame& f) {
-  std::string_view file = f.filename;
-  if (auto slash = file.rfind('/'); slash != std::string_view::npos) file = file.substr(slash + 1);
-  return std::string(file) + ":" + std::string(f.name);
-}
-
-// Where an allocation of a torch snapshot was made, for its label: the innermost frame of the
-// user's code (a file outside torch), else the innermost Python frame; "" when there is none.
-std::string origin_from_frames(const std::vector<Frame>& frames) {
-  const Frame* python = nullptr;
-  for (const Frame& f : frames) {
-    const bool py = f.filename.size() > 3 && f.filename.substr(f.filename.size() - 3) == ".py";
-    if (!py) continue;
-    if (python == nullptr) python = &f;
-    if (!contains(f.filename, "/torch/") && !contains(f.filename, "site-packages/")) {
-      python = &f;
-      break;
-    }
-  }
-  if (python == nullptr) return {};
-  std::string_view file = python->filename;
-  if (auto slash = file.rfind('/'); slash != std::string_view::npos) file = file.substr(slash + 1);
-  return std::string(file) + ":" + std::to_string(python->line) + " " + std::string(python->name);
-}
-
-// Phases from stack frames (innermost first in torch's snapshots); "" when nothing decides.
-std::string_view phase_from_frames(const std::vector<Frame>& frames) {
-  bool zero_grad = false, optimizer = false, backward = false, forward = false;
-  for (const Frame& f : frames) {
-    if (contains(f.name, "zero_grad")) zero_grad = true;
-    if (contains(f.filename, "torch/optim/")) optimizer = true;
-    if ((f.name == "backward" && (contains(f.filename, "torch/_tensor.py") || contains(f.filename, "torch/autograd/"))) ||
-        contains(f.name, "_engine_run_backward") || contains(f.name, "autograd::Engine") ||
-        contains(f.name, "evaluate_function")) {
-      backward = true;
-    }
-    if ((contains(f.filename, "torch/nn/modules/module.py") && (f.name == "_call_impl" || f.name == "_wrapped_call_impl")) ||
-        f.name == "forward") {
-      forward = true;
-    }
-  }
-  if (zero_grad) return "zero_grad";
-  if (optimizer) return "optimizer_step";
-  if (backward) return "backward";
-  if (forward) return "forward";
-  return {};
-}
-
-// A category that a frame names without doubt; the label says which frame.
-std::optional<std::pair<Category, std::string>> category_from_frames(const std::vector<Frame>& frames) {
-  for (const Frame& f : frames) {
-    if (contains(f.filename, "torch/optim/") && contains(f.name, "_init_group")) {
-      return std::make_pair(Category::OptimizerState, "optimizer state (frames: " + frame_text(f) + ")");
-    }
-    if (contains(f.name, "AccumulateGrad") || contains(f.filename, "accumulate_grad")) {
-      return std::make_pair(Category::Gradient, "gradient (frames: " + frame_text(f) + ")");
-    }
-    if (contains(f.name, "reset_parameters") || contains(f.filename, "torch/nn/parameter.py") ||
-        (contains(f.filename, "torch/nn/modules/") && f.name == "__init__") ||
-        (contains(f.filename, "torch/nn/modules/module.py") && f.name == "_apply")) {
-      return std::make_pair(Category::Parameter, "parameter or buffer (frames: " + frame_text(f) + ")");
-    }
-    if (contains(f.filename, "torch/utils/data/")) {
-      return std::make_pair(Category::Input, "input (frames: " + frame_text(f) + ")");
-    }
-  }
-  return std::nullopt;
-}
-
 // Category names torch's own tools write (memory profiler categories, lowercase) and ours.
 std::optional<Category> category_from_name(std::string_view name) {
   Category c;
@@ -266,7 +216,8 @@ std::optional<Category> category_from_name(std::string_view name) {
 struct StartBlock {
   std::uint64_t addr = 0, bytes = 0, requested = 0;
   std::optional<std::string_view> category;
-  std::vector<Frame> frames;
+  const std::vector<Frame>* frames = &kNoFrames;  // owned by the converter's FramesCache
+  bool frames_from_free = false;  // the frames are the free entry's, not the allocation's
   std::string_view label, module;
   std::optional<bool> category_inferred;
 };
@@ -280,13 +231,6 @@ struct PhaseMark {
   std::uint64_t time_us = 0;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw SnapshotError("cannot read '" + path + "': " + std::strerror(errno), 0);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 class Converter {
  public:
@@ -318,27 +262,42 @@ class Converter {
       }
     }
     read_producer();
-    choose_device(segments, traces);
+    set_device();
     if (traces != nullptr && device_index_ < traces->list().size()) {
       const PickleValue& list = traces->list()[device_index_];
+      entries_.reserve(list.list().size());
       std::size_t i = 0;
       for (const PickleValue& t : list.list()) {
         const std::string where = "device_traces[" + std::to_string(device_index_) + "][" + std::to_string(i++) + "]";
         budget_.take(1, where);
-        entries_.push_back(read_entry(t, where, budget_));
+        entries_.push_back(read_entry(t, where, budget_, frames_));
       }
     }
     info_.trace_entries = entries_.size();
+    has_segments_ = segments != nullptr;
     if (segments != nullptr) read_end_segments(*segments);
     read_allocator_settings();
     read_annotations();
     prescan();
     modelled_ = !ours_ && !cpu_;
     if (modelled_) translator_ = std::make_unique<CudaTraceTranslator>(rules_);
+    std::unique_ptr<detail::SnapshotInference> inference;
+    if (!ours_) {
+      try {
+        inference = std::make_unique<detail::SnapshotInference>(options_.rules);
+      } catch (const std::invalid_argument& e) {
+        throw SnapshotError(e.what(), 0);
+      }
+    }
+    sink_ = std::make_unique<detail::SnapshotSink>(rec_, std::move(inference));
     emit();
+    sink_->flush();
     finish_info();
     return info_;
   }
+
+  // The highest live bytes of the replay (the analysis's peak of this device).
+  std::uint64_t peak_bytes() const { return sink_ ? sink_->peak_bytes() : 0; }
 
  private:
   void read_producer() {
@@ -360,36 +319,11 @@ class Converter {
     info_.producer = ours_ ? "ridgescope" : "pytorch";
   }
 
-  void choose_device(const PickleValue* segments, const PickleValue* traces) {
-    if (options_.device_index) {
-      if (*options_.device_index < 0) content_error("device index " + std::to_string(*options_.device_index) + " is negative");
-      device_index_ = static_cast<std::size_t>(*options_.device_index);
-    } else {
-      bool found = false;
-      std::size_t best = 0;
-      if (traces != nullptr) {
-        for (std::size_t i = 0; i < traces->list().size(); ++i) {
-          const std::size_t n = traces->list()[i].list().size();
-          if (n > best) {
-            best = n;
-            device_index_ = i;
-            found = true;
-          }
-        }
-      }
-      if (!found && segments != nullptr) {
-        for (const PickleValue& s : segments->list()) {
-          std::uint64_t d = 0;
-          if (s.is_dict()) {
-            const PickleValue* dv = s.get("device");
-            if (dv != nullptr && dv->to_uint64(&d)) {
-              device_index_ = static_cast<std::size_t>(d);
-              break;
-            }
-          }
-        }
-      }
-    }
+  // The device to replay: the caller has chosen it (snapshot_devices(), highest peak).
+  void set_device() {
+    const int index = options_.device_index.value_or(0);
+    if (index < 0) content_error("device index " + std::to_string(index) + " is negative");
+    device_index_ = static_cast<std::size_t>(index);
     device_ = Device{DeviceType::CUDA, static_cast<std::int16_t>(device_index_)};
     if (ours_) {
       for (const std::string& n : device_names_) {
@@ -434,7 +368,14 @@ class Converter {
           sb.addr = addr;
           sb.bytes = size;
           sb.requested = opt_uint(b, "requested_size", bw).value_or(size);
-          sb.frames = read_frames(b, bw, budget_);
+          sb.frames = frames_.read(b, bw, budget_);
+          // torch 2.0 kept a block's allocation stack in its 'history' (the last entry is the
+          // allocation now live)
+          const PickleValue* history = b.get("frames") == nullptr ? b.get("history") : nullptr;
+          if (history != nullptr && history->is_list_like() && !history->list().empty() &&
+              history->list().back().is_dict()) {
+            sb.frames = frames_.read(history->list().back(), bw + "['history'][-1]", budget_);
+          }
           if (const PickleValue* c = b.get("category"); c != nullptr && c->is_str()) sb.category = c->str();
           end_blocks_.push_back(std::move(sb));
         }
@@ -587,9 +528,13 @@ class Converter {
   void prescan() {
     absl::flat_hash_map<std::uint64_t, std::size_t> live;  // addr -> alloc entry index (or npos)
     absl::flat_hash_set<std::uint64_t> live_segments;
+    absl::flat_hash_set<std::uint64_t> touched;  // block addresses the trace allocates or frees
     constexpr std::size_t kStart = static_cast<std::size_t>(-1);
     for (std::size_t i = 0; i < entries_.size(); ++i) {
       const Entry& e = entries_[i];
+      if (e.action == Action::Alloc || e.action == Action::FreeRequested || e.action == Action::FreeCompleted) {
+        touched.insert(e.addr);
+      }
       switch (e.action) {
         case Action::Alloc: live[e.addr] = i; break;
         case Action::FreeRequested:
@@ -601,6 +546,7 @@ class Converter {
             sb.bytes = e.block_size.value_or(block_bytes(e.size));
             sb.category = e.category;
             sb.frames = e.frames;
+            sb.frames_from_free = true;
             sb.label = e.label;
             sb.module = e.module;
             sb.category_inferred = e.category_inferred;
@@ -620,7 +566,9 @@ class Converter {
     for (const StartBlock& b : end_blocks_) {
       auto it = live.find(b.addr);
       if (it == live.end()) {
-        start_blocks_.push_back(b);  // live throughout
+        // Never in the trace: live throughout. Freed by the trace yet live in the segments: made
+        // after the last entry (end_state() allocates it at the end).
+        if (!touched.contains(b.addr)) start_blocks_.push_back(b);
       } else if (it->second != kStart) {
         exact_bytes_[it->second] = b.bytes;
       }
@@ -695,38 +643,35 @@ class Converter {
     return e;
   }
 
-  // The category of a new block: from the snapshot, else from frames (torch's snapshots), else
-  // none (the analysis's lifetime rules decide).
+  void record(const Event& e, const std::vector<Frame>* frames = nullptr, bool after_trace = false) {
+    sink_->record(e, frames, after_trace);
+  }
+
+  // The category of a block alloc() just recorded. A ridgescope export names it, or says it was
+  // inferred from lifetimes (the analysis infers it again from the same phases). For a snapshot
+  // PyTorch wrote the inference decides it with hindsight (flush()), from a category the entry
+  // names (memory_viz's), the allocation `frames` (null: none recorded) and lifetimes.
   void tag_block(std::uint64_t addr, std::uint64_t t_ns, std::optional<std::string_view> category,
-                 const std::vector<Frame>& frames, std::string_view label, std::optional<bool> inferred) {
+                 const std::vector<Frame>* frames, std::string_view label, std::optional<bool> inferred,
+                 bool before_trace) {
     ++allocations_;
+    std::optional<Category> named;
     if (category) {
-      const std::optional<Category> c = category_from_name(*category);
-      if (!c) {
-        unknown_category_names_.insert(std::string(*category));
-      } else if (ours_ && inferred.value_or(false)) {
-        // ridgescope inferred it from the lifetime rules; the same phases give the same result
-        ++categorised_from_snapshot_;
-        return;
-      } else {
-        ++categorised_from_snapshot_;
-        Event e = make(EventKind::Tag, t_ns);
-        e.addr = addr;
-        e.category = *c;
-        e.string_id = rec_.intern(label);
-        rec_.record_timed(e);
-        return;
-      }
+      named = category_from_name(*category);
+      if (!named) unknown_category_names_.insert(std::string(*category));
     }
-    if (ours_) return;
-    if (auto c = category_from_frames(frames)) {
-      ++categorised_from_frames_;
-      Event e = make(EventKind::Tag, t_ns);
-      e.addr = addr;
-      e.category = c->first;
-      e.string_id = rec_.intern(c->second);
-      rec_.record_timed(e);
+    if (sink_->inferring()) {
+      sink_->block(frames, before_trace, named);
+      return;
     }
+    if (!named) return;
+    ++categorised_from_snapshot_;
+    if (inferred.value_or(false)) return;  // inferred from lifetimes: the same phases give the same result
+    Event e = make(EventKind::Tag, t_ns);
+    e.addr = addr;
+    e.category = *named;
+    e.string_id = rec_.intern(label);
+    record(e);
   }
 
   void alloc(std::uint64_t addr, std::uint64_t bytes, std::uint64_t requested, std::uint64_t stream,
@@ -737,22 +682,32 @@ class Converter {
     e.requested_bytes = requested;
     e.stream = stream;
     e.string_id = module.empty() ? 0 : rec_.intern(module);
-    rec_.record_timed(e);
+    sink_->alloc(e, module);
     live_bytes_[addr] = bytes;
+  }
+
+  // Where a block was made, for its label and module: its allocation frames (none when the only
+  // frames known are the free entry's).
+  const std::string& where(const std::vector<Frame>& frames, bool frames_from_free = false) {
+    static const std::string kNowhere;
+    if (ours_ || frames_from_free || frames.empty()) return kNowhere;
+    auto [it, inserted] = where_.try_emplace(&frames);
+    if (inserted) it->second = detail::where_from_frames(frames);
+    return it->second;
   }
 
   void phase(bool begin, std::string_view name, std::uint64_t t_ns) {
     Event e = make(begin ? EventKind::PhaseBegin : EventKind::PhaseEnd, t_ns);
     e.device = Device{};
     e.string_id = rec_.intern(name);
-    rec_.record_timed(e);
+    sink_->phase(e, begin, name);
   }
 
   void step(std::uint64_t n, std::uint64_t t_ns) {
     Event e = make(EventKind::Step, t_ns);
     e.device = Device{};
     e.value = n;
-    rec_.record_timed(e);
+    record(e);
   }
 
   void emit_marks_through(std::uint64_t index) {
@@ -772,7 +727,9 @@ class Converter {
   // step when a forward follows a backward or an optimizer step.
   void infer_phase(const Entry& e, std::uint64_t t_ns) {
     if (!annotated_phase_.empty()) return;  // inside a phase torch's annotations mark exactly
-    const std::string_view p = phase_from_frames(e.frames);
+    auto [cached, inserted] = phases_.try_emplace(e.frames);
+    if (inserted) cached->second = detail::phase_from_frames(*e.frames);
+    const std::string_view p = cached->second;
     if (p.empty() || p == current_phase_) return;
     if (!current_phase_.empty()) phase(false, current_phase_, t_ns);
     if (p == "forward" && step_has_backward_or_optimizer_) {
@@ -805,12 +762,12 @@ class Converter {
           Event e = make(EventKind::SegmentAlloc, t0);
           e.addr = addr;
           e.bytes = size;
-          rec_.record_timed(e);
+          record(e);
         }
       }
       for (const StartBlock& b : start_blocks_) {
-        alloc(b.addr, b.bytes, b.requested, 0, t0, ours_ ? std::string(b.module) : origin_from_frames(b.frames));
-        tag_block(b.addr, t0, b.category, b.frames, b.label, b.category_inferred);
+        alloc(b.addr, b.bytes, b.requested, 0, t0, ours_ ? std::string(b.module) : where(*b.frames, b.frames_from_free));
+        tag_block(b.addr, t0, b.category, b.frames_from_free ? nullptr : b.frames, b.label, b.category_inferred, true);
       }
     }
     for (std::size_t i = 0; i < entries_.size(); ++i) {
@@ -833,8 +790,8 @@ class Converter {
           auto exact = exact_bytes_.find(i);
           const std::uint64_t bytes =
               e.block_size ? *e.block_size : exact != exact_bytes_.end() ? exact->second : block_bytes(e.size);
-          alloc(e.addr, bytes, e.size, e.stream, t, ours_ ? std::string(e.module) : origin_from_frames(e.frames));
-          tag_block(e.addr, t, e.category, e.frames, e.label, e.category_inferred);
+          alloc(e.addr, bytes, e.size, e.stream, t, ours_ ? std::string(e.module) : where(*e.frames));
+          tag_block(e.addr, t, e.category, e.frames, e.label, e.category_inferred, false);
           break;
         }
         case Action::FreeRequested: break;  // the block stays allocated until free_completed
@@ -844,7 +801,7 @@ class Converter {
           f.addr = e.addr;
           f.bytes = live_bytes_[e.addr];
           f.stream = e.stream;
-          rec_.record_timed(f);
+          record(f, e.frames);
           live_bytes_.erase(e.addr);
           break;
         }
@@ -858,7 +815,7 @@ class Converter {
           s.addr = e.addr;
           s.bytes = e.size;
           s.stream = e.stream;
-          rec_.record_timed(s);
+          record(s);
           break;
         }
         case Action::Oom: {
@@ -866,7 +823,7 @@ class Converter {
           o.bytes = e.size;
           o.value = e.device_free;
           o.stream = e.stream;
-          rec_.record_timed(o);
+          record(o);
           break;
         }
         case Action::Annotate: {
@@ -877,7 +834,7 @@ class Converter {
           g.addr = e.addr;
           g.category = *c;
           g.string_id = rec_.intern(e.label);
-          rec_.record_timed(g);
+          record(g);
           break;
         }
         case Action::Other: break;
@@ -887,6 +844,80 @@ class Converter {
     if (!ours_) emit_torch_marks_before(UINT64_MAX);
     if (!annotated_phase_.empty()) phase(false, annotated_phase_, last_ns_);
     if (!current_phase_.empty()) phase(false, current_phase_, last_ns_);
+    if (!ours_ && has_segments_) end_state();
+  }
+
+  // The segments are the allocator's state when the snapshot was taken. Where the replay ends
+  // elsewhere (history recording stopped before the snapshot, so frees or allocations after it
+  // are missing), it is brought to that state at the end: blocks the segments no longer hold
+  // are freed, blocks the trace never made are allocated, and reserved memory becomes the
+  // segments'. So at the end live bytes are always the sum of the segments' allocated_size and
+  // reserved bytes the sum of their total_size.
+  void end_state() {
+    const std::uint64_t t = last_ns_;
+    absl::flat_hash_map<std::uint64_t, const StartBlock*> held;
+    for (const StartBlock& b : end_blocks_) held[b.addr] = &b;
+    std::vector<std::uint64_t> gone;
+    for (const auto& [addr, bytes] : live_bytes_) {
+      auto it = held.find(addr);
+      if (it == held.end() || it->second->bytes != bytes) gone.push_back(addr);
+    }
+    std::sort(gone.begin(), gone.end());
+    for (std::uint64_t addr : gone) {
+      Event f = make(EventKind::Free, t);
+      f.addr = addr;
+      f.bytes = live_bytes_[addr];
+      record(f, nullptr, /*after_trace=*/true);
+      live_bytes_.erase(addr);
+    }
+    std::uint64_t made = 0;
+    for (const StartBlock& b : end_blocks_) {
+      if (live_bytes_.contains(b.addr)) continue;
+      alloc(b.addr, b.bytes, b.requested, 0, t, where(*b.frames));
+      tag_block(b.addr, t, b.category, b.frames, b.label, b.category_inferred, false);
+      ++made;
+    }
+    // Reserved memory: compare what is covered, since ranges of expandable segments may be cut
+    // differently.
+    std::map<std::uint64_t, std::uint64_t> want;  // address -> bytes
+    for (const auto& [addr, size] : end_segments_) want[addr] = size;
+    for (const auto& [lo, hi] : end_mapped_) want[lo] = hi - lo;
+    auto covered = [](const auto& segments) {
+      std::map<std::uint64_t, std::uint64_t> out;
+      for (const auto& [addr, size] : segments) add_interval(out, addr, addr + size);
+      return out;
+    };
+    std::uint64_t segments_changed = 0;
+    const auto& segments_now = sink_->segments();
+    if (!cpu_ && covered(segments_now) != covered(want)) {
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> now(segments_now.begin(), segments_now.end());
+      std::sort(now.begin(), now.end());
+      for (const auto& [addr, size] : now) {
+        auto it = want.find(addr);
+        if (it != want.end() && it->second == size) continue;
+        Event f = make(EventKind::SegmentFree, t);
+        f.addr = addr;
+        f.bytes = size;
+        record(f);
+        ++segments_changed;
+      }
+      for (const auto& [addr, size] : want) {
+        auto it = segments_now.find(addr);
+        if (it != segments_now.end() && it->second == size) continue;
+        Event a = make(EventKind::SegmentAlloc, t);
+        a.addr = addr;
+        a.bytes = size;
+        record(a);
+        ++segments_changed;
+      }
+    }
+    if (!gone.empty() || made > 0 || segments_changed > 0) {
+      end_state_note_ = (
+          "The trace ends in another state than the snapshot's segments (history recording stopped before "
+          "the snapshot was taken?): at the end " + std::to_string(gone.size()) + " blocks the trace left "
+          "allocated were freed, " + std::to_string(made) + " blocks it never allocated were allocated and " +
+          std::to_string(segments_changed) + " segments were set as the snapshot holds them.");
+    }
   }
 
   // --- PyTorch's CUDA snapshots: block sizes from a model of the segments -----------------
@@ -934,20 +965,20 @@ class Converter {
         const std::uint64_t bytes = exact != exact_bytes_.end() ? exact->second : ev.bytes;
         ++blocks_modelled_;
         if (bytes != block_bytes(e.size)) ++blocks_larger_than_rounded_;
-        alloc(ev.addr, bytes, ev.requested_bytes, ev.stream, t, origin_from_frames(e.frames));
-        tag_block(ev.addr, t, e.category, e.frames, e.label, e.category_inferred);
+        alloc(ev.addr, bytes, ev.requested_bytes, ev.stream, t, where(*e.frames));
+        tag_block(ev.addr, t, e.category, e.frames, e.label, e.category_inferred, false);
         continue;
       }
-      record_translated(ev, t);
+      record_translated(ev, t, e.frames);
     }
   }
 
   // A segment or free event from the translator, at time t.
-  void record_translated(Event ev, std::uint64_t t) {
+  void record_translated(Event ev, std::uint64_t t, const std::vector<Frame>* frames = nullptr) {
     ev.time_ns = t;
     ev.device = device_;
     if (ev.kind == EventKind::Free) live_bytes_.erase(ev.addr);
-    rec_.record_timed(ev);
+    record(ev, frames);
   }
 
   // The segments and blocks that existed before the first entry, adopted by the translator
@@ -963,8 +994,9 @@ class Converter {
     auto emit_adopted = [&](const StartBlock* b) {
       for (const Event& ev : scratch_) {
         if (ev.kind == EventKind::Alloc && b != nullptr) {
-          alloc(ev.addr, ev.bytes, ev.requested_bytes, ev.stream, 0, origin_from_frames(b->frames));
-          tag_block(ev.addr, 0, b->category, b->frames, b->label, b->category_inferred);
+          alloc(ev.addr, ev.bytes, ev.requested_bytes, ev.stream, 0, where(*b->frames, b->frames_from_free));
+          tag_block(ev.addr, 0, b->category, b->frames_from_free ? nullptr : b->frames, b->label,
+                    b->category_inferred, true);
         } else {
           record_translated(ev, 0);
         }
@@ -986,15 +1018,17 @@ class Converter {
     }
     for (const StartBlock* b : blocks) {
       if (placed.contains(b)) continue;
-      alloc(b->addr, b->bytes, b->requested, 0, 0, origin_from_frames(b->frames));
-      tag_block(b->addr, 0, b->category, b->frames, b->label, b->category_inferred);
+      alloc(b->addr, b->bytes, b->requested, 0, 0, where(*b->frames, b->frames_from_free));
+      tag_block(b->addr, 0, b->category, b->frames_from_free ? nullptr : b->frames, b->label, b->category_inferred,
+                true);
     }
   }
 
   void finish_info() {
-    info_.categorised_from_snapshot = categorised_from_snapshot_;
-    info_.categorised_from_frames = categorised_from_frames_;
-    info_.categories_inferred = categorised_from_snapshot_ < allocations_;
+    info_.reasons = sink_->reasons();
+    info_.categorised_from_snapshot = categorised_from_snapshot_ + sink_->decided_by_snapshot();
+    info_.categorised_from_frames = sink_->decided_by_frames();
+    info_.categories_inferred = info_.categorised_from_snapshot < allocations_;
     info_.phases_inferred = inferred_phases_;
     info_.block_sizes_inferred = !ours_ && !cpu_;
     if (ours_) {
@@ -1002,10 +1036,13 @@ class Converter {
                             "snapshot's 'category' keys, user_metadata and external_annotations.");
     } else {
       info_.notes.push_back(
-          "A snapshot written by PyTorch: it records no categories or phases. Categories come from stack "
-          "frames where a frame names one (optimizer _init_group, AccumulateGrad, parameter "
-          "initialisation or Module._apply, DataLoader) and otherwise from lifetimes over the phases; "
-          "those are inferred and may be wrong.");
+          "A snapshot written by PyTorch: it records no categories or phases. Each block's category is "
+          "inferred by the first rule that fires (docs/snapshot.md): frames (the optimizer's _init_group, "
+          "AccumulateGrad, Module._apply/load_state_dict/from_pretrained, workspaces, the data loader), "
+          "sizes (a block live before the first forward that a gradient of its size matches is a "
+          "parameter), the step's structure and lifetimes over the phases. Each label ends with the "
+          "rule's id; 'reasons' says how many bytes each rule decided.");
+      if (!end_state_note_.empty()) info_.notes.push_back(end_state_note_);
       if (annotated_phases_ > 0) {
         info_.notes.push_back(std::to_string(annotated_phases_) +
                               " phases come from torch's record_function annotations (the optimizer's "
@@ -1083,7 +1120,7 @@ class Converter {
   std::size_t next_torch_mark_ = 0;
   std::string annotated_phase_;
   std::uint64_t annotated_phases_ = 0;
-  std::uint64_t allocations_ = 0, categorised_from_snapshot_ = 0, categorised_from_frames_ = 0;
+  std::uint64_t allocations_ = 0, categorised_from_snapshot_ = 0;
   std::uint64_t ignored_entries_ = 0;
   std::set<std::string> unknown_category_names_;
   // PyTorch's CUDA snapshots: the segment model that sizes blocks (see translate()).
@@ -1094,69 +1131,25 @@ class Converter {
   absl::flat_hash_set<std::uint64_t> expandable_starts_;  // start segments that are mapped ranges
   std::map<std::uint64_t, std::uint64_t> end_mapped_;      // expandable ranges mapped at the end
   std::uint64_t blocks_modelled_ = 0, blocks_larger_than_rounded_ = 0;
-};
-
-// A temporary trace file, removed when done.
-class TempTrace {
- public:
-  TempTrace() {
-    const char* dir = std::getenv("TMPDIR");
-    std::string tmpl = std::string(dir != nullptr && *dir ? dir : "/tmp") + "/ridgescope-snapshot-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    const int fd = ::mkstemp(buf.data());
-    if (fd < 0) throw SnapshotError(std::string("cannot create a temporary file: ") + std::strerror(errno), 0);
-    ::close(fd);
-    path_ = buf.data();
-  }
-  ~TempTrace() { std::remove(path_.c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  std::string end_state_note_;
+  bool has_segments_ = false;  // the snapshot has 'segments' (its end state)
+  FramesCache frames_;  // every frames list read, once (entries and blocks point into it)
+  absl::flat_hash_map<const std::vector<Frame>*, std::string> where_;  // where_from_frames, per list
+  absl::flat_hash_map<const std::vector<Frame>*, std::string_view> phases_;  // phase_from_frames, per list
+  std::unique_ptr<detail::SnapshotSink> sink_;  // where events go (PyTorch's snapshots: the inference)
 };
 
 }  // namespace
 
-bool looks_like_pickle(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return false;
-  const int c = std::fgetc(f);
-  std::fclose(f);
-  return c == 0x80;
-}
+namespace detail {
 
-SnapshotImport snapshot_to_trace(const std::string& pickle_path, const std::string& trace_path,
-                                 const SnapshotReadOptions& options) {
-  const std::string bytes = read_file(pickle_path);
-  detail::PickleResult parsed;
-  try {
-    parsed = detail::parse_pickle(bytes);
-  } catch (const detail::PickleError& e) {
-    throw SnapshotError("'" + pickle_path + "' is not a readable snapshot pickle: " + e.what(), e.offset());
-  }
-  Recorder rec(trace_path);
-  Converter converter(parsed.root, parsed.protocol, bytes.size(), options, rec);
+SnapshotImport replay_snapshot_device(const detail::PickleValue& root, int protocol, std::uint64_t file_bytes,
+                                      const SnapshotReadOptions& options, Recorder& rec, std::uint64_t* peak_bytes) {
+  Converter converter(root, protocol, file_bytes, options, rec);
   SnapshotImport info = converter.run();
-  rec.close();
-  if (rec.failed()) throw SnapshotError("cannot write the replayed trace '" + trace_path + "': " + rec.error(), 0);
+  if (peak_bytes != nullptr) *peak_bytes = converter.peak_bytes();
   return info;
 }
 
-Report analyze_snapshot(const std::string& pickle_path, const AnalysisOptions& analysis,
-                        const SnapshotReadOptions& options) {
-  TempTrace temp;
-  SnapshotImport info = snapshot_to_trace(pickle_path, temp.path(), options);
-  Report report = analyze_trace(temp.path(), analysis);
-  report.trace.path = pickle_path;
-  std::FILE* f = std::fopen(pickle_path.c_str(), "rb");
-  if (f != nullptr) {
-    std::fseek(f, 0, SEEK_END);
-    report.trace.file_bytes = static_cast<std::uint64_t>(std::ftell(f));
-    std::fclose(f);
-  }
-  report.snapshot = std::move(info);
-  return report;
-}
-
+}  // namespace detail
 }  // namespace ridgescope

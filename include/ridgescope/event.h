@@ -49,6 +49,8 @@ struct Device {
 
 // Tag flags.
 inline constexpr std::uint8_t kTagWeak = 1;  // applies only if the block has no strong tag
+inline constexpr std::uint8_t kTagInferred = 2;  // the category was inferred (a rule over frames or
+                                                 // lifetimes, e.g. a snapshot's), not observed
 
 // One event. Which fields are meaningful depends on kind; the rest are zero.
 struct Event {

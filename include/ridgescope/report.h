@@ -272,6 +272,31 @@ struct RecorderSummary {
   std::uint64_t bytes_written = 0, buffer_bytes_peak = 0;
 };
 
+// Why the blocks of a snapshot PyTorch wrote have their categories: one inference rule and what
+// decided it (docs/snapshot.md lists the rules), with the bytes it holds.
+struct SnapshotReason {
+  std::string rule;      // stable rule id, e.g. "parameter_matched_gradient"
+  Category category = Category::Unknown;
+  std::string reason;    // plain language with the deciding frame, e.g. "allocated under
+                         // torch/optim/adamw.py _init_group"
+  std::uint64_t allocations = 0;  // blocks decided so
+  std::uint64_t peak_bytes = 0;   // of them, bytes live at the peak (all reasons sum to peak.bytes)
+  std::uint64_t peak_blocks = 0;
+  std::uint64_t end_bytes = 0;    // bytes live at the end (all reasons sum to final_live_bytes)
+};
+
+// One device of a snapshot, replayed on its own (the per-device summary).
+struct SnapshotDevice {
+  std::string device;                   // "cuda:1"
+  std::uint64_t segments = 0;           // segments of this device in the snapshot
+  std::uint64_t trace_entries = 0;      // its device_traces entries
+  std::uint64_t peak_bytes = 0;         // live bytes at its peak
+  std::uint64_t peak_reserved_bytes = 0;
+  CategoryBytes peak_by_category{};
+  std::uint64_t end_live_bytes = 0;     // the sum of its segments' allocated_size
+  std::uint64_t end_reserved_bytes = 0; // the sum of its segments' total_size
+};
+
 // Where a report built from a torch memory snapshot (ridgescope/snapshot.h) got what it says:
 // PyTorch's snapshots hold addresses, sizes, times and stack frames but no categories or
 // phases, so those are inferred (docs/snapshot.md). Absent for reports of ridgescope traces.
@@ -292,6 +317,10 @@ struct SnapshotImport {
   std::uint64_t categorised_from_snapshot = 0;  // allocations whose entry named a category
   std::uint64_t categorised_from_frames = 0;    // allocations a frame rule categorised
   std::vector<std::string> notes;    // plain-language caveats
+  std::vector<SnapshotReason> reasons;  // PyTorch's snapshots: why each byte has its category,
+                                        // largest at the peak first
+  std::vector<SnapshotDevice> devices;  // every device with segments or trace entries
+  std::string device_choice;            // "asked" (a device was named) or "highest_peak"
 };
 
 struct Report {
@@ -317,6 +346,7 @@ struct Report {
   LedgerAnomalies anomalies;
   std::uint64_t allocations = 0, frees = 0, tags = 0;
   std::uint64_t final_live_bytes = 0;
+  std::uint64_t final_reserved_bytes = 0;  // reserved bytes when the trace ends
   CategoryBytes final_by_category{};
   std::vector<std::pair<std::string, std::string>> metadata;  // key -> JSON text, in order
   RunSummary run;

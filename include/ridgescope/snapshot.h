@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ridgescope/analysis.h"
 #include "ridgescope/event.h"
@@ -58,10 +59,23 @@ struct SnapshotWriteStats {
 SnapshotWriteStats write_snapshot(const std::string& trace_path, const std::string& out_path,
                                   const SnapshotWriteOptions& options = {});
 
+// A user category rule (`ridgescope report --rules rules.toml`): a block whose allocation stack
+// has a frame matching both regular expressions (ECMAScript syntax, matched anywhere in the
+// frame's function name and file; an empty one matches everything) gets `category`, before
+// any built-in rule. Rules are tried in order; the first that matches wins.
+struct SnapshotCategoryRule {
+  std::string name;        // shown in the reason ("user rule 'attention' matched ...")
+  Category category = Category::Unknown;
+  std::string frame_name;  // regular expression over frame (function) names; "" matches any
+  std::string file;        // regular expression over frame files; "" matches any
+};
+
 struct SnapshotReadOptions {
-  // The device (device_traces index) to replay. Default: the one with the most trace entries,
-  // else the first with segments.
+  // The CUDA device (device_traces index, segments' `device`) to replay. Default: of the
+  // devices with segments or trace entries, the one whose live bytes peak highest.
   std::optional<int> device_index;
+  // User category rules, applied before the built-in inference (PyTorch's snapshots only).
+  std::vector<SnapshotCategoryRule> rules;
 };
 
 // Converts a snapshot pickle into a ridgescope trace at `trace_path` (the events the trace

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _C
-from ._errors import TraceFormatError
+from ._errors import RidgescopeError, TraceFormatError
 from ._snapshot import file_kind
 from .distributed._section import add_distributed_section
 
@@ -24,14 +24,18 @@ class Report:
 
     @classmethod
     def from_trace(cls, path: str | os.PathLike[str], top_blocks: int = 20,
-                   probe_time_ns: int | None = None, timeline_columns: int = 2000) -> "Report":
+                   probe_time_ns: int | None = None, timeline_columns: int = 2000,
+                   device: str | None = None) -> "Report":
         """Analyses a trace. ``probe_time_ns`` also records the state (live, reserved, the
         cache's free space) at that instant, nanoseconds since the session started.
-        ``timeline_columns`` bounds the live-bytes-over-time series (``timeline``)."""
+        ``timeline_columns`` bounds the live-bytes-over-time series (``timeline``).
+        ``device`` (``"cpu"``, ``"cuda:N"``): the device to report (default: the one whose live
+        bytes peak highest)."""
         if timeline_columns < 1:
             raise ValueError(f"timeline_columns must be at least 1, got {timeline_columns}")
+        from ._snapshot import _device_args
         try:
-            text = _C.analyze(str(path), top_blocks, probe_time_ns, timeline_columns)
+            text = _C.analyze(str(path), top_blocks, probe_time_ns, timeline_columns, **_device_args(device))
         except _C.TraceError as exc:
             raise TraceFormatError(str(exc)) from None
         return cls(add_distributed_section(json.loads(text)))
@@ -39,18 +43,35 @@ class Report:
     @classmethod
     def from_snapshot(cls, path: str | os.PathLike[str], top_blocks: int = 20,
                       probe_time_ns: int | None = None, timeline_columns: int = 2000,
-                      device_index: int | None = None) -> "Report":
+                      device_index: int | None = None, device: str | None = None,
+                      rules: str | os.PathLike[str] | list | None = None) -> "Report":
         """Reads a ``torch.cuda.memory._snapshot()`` pickle (PyTorch's own, or ridgescope's
         export) with a restricted unpickler and analyses it like a trace. ``report.to_dict()
-        ["snapshot"]`` says which categories and phases were inferred (docs/snapshot.md)."""
-        from ._snapshot import analyze_snapshot
-        return cls(analyze_snapshot(path, top_blocks, probe_time_ns, timeline_columns, device_index))
+        ["snapshot"]`` says which categories and phases were inferred, why (``reasons``) and what
+        every device held (``devices``; docs/snapshot.md). ``device`` (``"cuda:N"``, or
+        ``device_index=N``): the device to report (default: the one whose live bytes peak
+        highest). ``rules``: a .toml/.json file of category rules (or the rules as data),
+        applied before the built-in inference."""
+        from ._snapshot import analyze_snapshot, cuda_index
+        from ._snapshot_rules import load_rules, rules_from_data
+        if device is not None:
+            index = cuda_index(device)
+            if device_index is not None and device_index != index:
+                raise RidgescopeError(f"device={device!r} and device_index={device_index} disagree")
+            device_index = index
+        if rules is not None and not isinstance(rules, (list, dict)):
+            rules = load_rules(rules)
+        elif isinstance(rules, (list, dict)):
+            rules = rules_from_data(rules)
+        return cls(analyze_snapshot(path, top_blocks, probe_time_ns, timeline_columns, device_index, rules))
 
     def to_snapshot(self, path: str | os.PathLike[str], device: str | None = None) -> dict[str, int]:
         """Writes the run as a ``torch.cuda.memory._snapshot()`` pickle that PyTorch's memory_viz
         reads, every allocation carrying its ridgescope category (docs/snapshot.md). Needs the
         report's source file (``trace.path``). Returns counts of what was written."""
         from ._snapshot import write_snapshot
+        if device is None and self._data.get("snapshot"):  # a snapshot read device by device: that device
+            device = self._data["device"] if self._data["device"].startswith("cuda:") else None
         return write_snapshot(self._data["trace"]["path"], path, device)
 
     # ------------------------------------------------------------------ data
@@ -121,10 +142,15 @@ class Report:
 def load(path: str | os.PathLike[str], **analysis_options: Any) -> Report:
     """Reads a ridgescope trace file, or a torch memory snapshot pickle (docs/snapshot.md), into
     a Report. Raises TraceFormatError naming the problem for anything else.
-    ``analysis_options`` go to ``Report.from_trace`` (or ``Report.from_snapshot``)."""
+    ``analysis_options`` go to ``Report.from_trace`` (or ``Report.from_snapshot``), e.g.
+    ``device="cuda:1"`` (both) and ``rules="rules.toml"`` (snapshots)."""
     p = Path(path)
     kind = file_kind(p)
     if kind == "trace":
+        if analysis_options.get("rules") is not None:
+            raise RidgescopeError("category rules apply to torch memory snapshots PyTorch wrote, not to "
+                                  f"ridgescope traces ({p})")
+        analysis_options.pop("rules", None)
         return Report.from_trace(p, **analysis_options)
     if kind == "pickle":  # a torch memory snapshot pickle (restricted unpickler)
         return Report.from_snapshot(p, **analysis_options)

@@ -36,16 +36,30 @@ def file_kind(path: str | os.PathLike[str]) -> str:
 
 def analyze_snapshot(path: str | os.PathLike[str], top_blocks: int = 20,
                      probe_time_ns: int | None = None, timeline_columns: int = 2000,
-                     device_index: int | None = None) -> dict[str, Any]:
-    """The report (as data) of a snapshot pickle; TraceFormatError for a file that is not one."""
+                     device_index: int | None = None,
+                     rules: list[tuple[str, str, str, str]] | None = None) -> dict[str, Any]:
+    """The report (as data) of a snapshot pickle; TraceFormatError for a file that is not one.
+    ``device_index``: the CUDA device to report (default: the one whose live bytes peak
+    highest); ``rules``: user category rules (``_snapshot_rules.load_rules``)."""
     if timeline_columns < 1:
         raise ValueError(f"timeline_columns must be at least 1, got {timeline_columns}")
     file_kind(path)  # the same clear error for a missing or unreadable file
     try:
-        text = _C.analyze_snapshot(str(path), top_blocks, probe_time_ns, timeline_columns, device_index)
+        text = _C.analyze_snapshot(str(path), top_blocks, probe_time_ns, timeline_columns, device_index,
+                                   list(rules or []))
     except _C.TraceError as exc:
         raise TraceFormatError(str(exc)) from None
     return json.loads(text)
+
+
+def cuda_index(device: str | int | None) -> int | None:
+    """The CUDA ordinal of ``"cuda:N"`` (or ``N``); RidgescopeError for anything else (a
+    snapshot holds CUDA devices only)."""
+    if device is None or (isinstance(device, int) and not isinstance(device, bool) and device >= 0):
+        return device
+    if isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit():
+        return int(device[5:])
+    raise RidgescopeError(f"a snapshot's device is 'cuda:N', got {device!r}")
 
 
 def _device_args(device: str | None) -> dict[str, Any]:
@@ -62,8 +76,9 @@ def _device_args(device: str | None) -> dict[str, Any]:
 def replayed_trace(source: str | os.PathLike[str],
                    device_index: int | None = None) -> Iterator[tuple[Path, str]]:
     """A snapshot pickle replayed as a temporary ridgescope trace (removed afterwards), with
-    the snapshot's ``PYTORCH_CUDA_ALLOC_CONF`` ("" when it records none). TraceFormatError for
-    a file that is not a usable snapshot."""
+    the snapshot's ``PYTORCH_CUDA_ALLOC_CONF`` ("" when it records none). ``device_index``: the
+    CUDA device (default: the one whose live bytes peak highest). TraceFormatError for a file
+    that is not a usable snapshot."""
     fd, temp = tempfile.mkstemp(prefix="ridgescope-snapshot-", suffix=".rstrace")
     os.close(fd)
     try:
@@ -90,7 +105,8 @@ def write_snapshot(source: str | os.PathLike[str], out: str | os.PathLike[str],
     try:
         if kind == "trace":
             return dict(_C.write_snapshot(str(source), str(out), **args))
-        with replayed_trace(source) as (temp, _conf):
+        index = cuda_index(device) if device and device.startswith("cuda:") else None
+        with replayed_trace(source, index) as (temp, _conf):  # that device, else the highest peak
             return dict(_C.write_snapshot(str(temp), str(out), **args))
     except _C.TraceError as exc:
         raise TraceFormatError(str(exc)) from None

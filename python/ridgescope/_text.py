@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._format import format_bytes, format_count
+from ._snapshot_text import device_summary, reason_lines
 from .distributed._section import text_lines as distributed_text_lines
 
 _SHOWN_PHASES = ("forward", "backward", "optimizer_step", "zero_grad", "checkpoint", "eval",
@@ -104,6 +105,7 @@ def render_explain(d: dict[str, Any], request: int | None = None) -> str:
     out = [f"ridgescope explain: {d['trace']['path']} ({d['device']}"
            + (f", capacity {format_bytes(d['device_capacity_bytes'])}" if d.get("device_capacity_bytes") else "")
            + ")", ""]
+    out.extend(device_summary(d) + [""] if device_summary(d) else [])
     if d["ooms"]:
         out.append(f"Out of memory ({len(d['ooms'])}):")
         for o in d["ooms"]:
@@ -167,6 +169,7 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
         out.append(f"  read from a torch memory snapshot written by {snap['producer']}; inferred: "
                    f"{', '.join(inferred) if inferred else 'nothing'}")
         out.extend(f"  note: {n}" for n in snap["notes"])
+        out.extend([""] + device_summary(d) if device_summary(d) else [])
     out.append("")
     dist_lines = distributed_text_lines(d)  # the rank and its DDP/FSDP/ZeRO state, if any
     if dist_lines:
@@ -183,11 +186,13 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
         if value == 0:
             continue
         inferred = p["inferred_by_category"].get(name, 0)
-        note = f"  ({format_bytes(inferred)} inferred from lifetimes)" if inferred else ""
+        how = "inferred" if snap else "inferred from lifetimes"  # a snapshot's: by the rules below
+        note = f"  ({format_bytes(inferred)} {how})" if inferred else ""
         out.append(f"  {name:<16} {format_bytes(value):>10}  {100 * value / total:5.1f}%{note}")
     unknown = p["by_category"].get("unknown", 0)
     if total and unknown / total >= 0.01:
         out.append(f"  note: {100 * unknown / total:.1f}% of the peak is unattributed (unknown)")
+    out.extend([""] + reason_lines(d) if reason_lines(d) else [])
     out.append("")
 
     if p["top_blocks"]:

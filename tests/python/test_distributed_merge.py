@@ -87,7 +87,9 @@ def test_missing_duplicate_and_mismatched_ranks_are_named(tmp_path: Path) -> Non
 def test_cli_inputs_and_large_job_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Given 48 rank traces, when `ridgescope report DIR` runs, then the text lists the 10
     highest and 5 lowest ranks and says the JSON lists every rank; the JSON lists all 48; a
-    directory without traces and `--format snapshot` of several traces are clear errors."""
+    directory without traces, `--format snapshot` of several traces, and the options that
+    belong to one trace's report (--tensorboard, --device, --rules, --top-blocks) are clear
+    errors, not silently ignored."""
     write_job(tmp_path / "job", 48, straggler=40, events=1500)
     assert cli_main(["report", str(tmp_path / "job")]) == 0
     text = capsys.readouterr().out
@@ -99,6 +101,11 @@ def test_cli_inputs_and_large_job_text(tmp_path: Path, capsys: pytest.CaptureFix
     assert "no .rstrace files" in capsys.readouterr().err
     assert cli_main(["report", str(tmp_path / "job"), "--format", "snapshot", "-o", "x"]) == 1
     assert "name one trace" in capsys.readouterr().err
+    for option in (["--tensorboard", str(tmp_path / "tb")], ["--device", "cuda:1"],
+                   ["--rules", str(tmp_path / "rules.toml")], ["--top-blocks", "5"]):
+        assert cli_main(["report", str(tmp_path / "job"), *option]) == 1
+        assert f"{option[0]} applies to the report of one trace" in capsys.readouterr().err
+    assert not (tmp_path / "tb").exists()
 
 
 def test_html_page_embeds_hostile_strings_as_data(tmp_path: Path) -> None:

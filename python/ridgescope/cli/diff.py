@@ -5,6 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
+from . import _device_rules
 from ._output import emit
 from typing import Any
 
@@ -19,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="text (default) or json (the comparison as data)")
     parser.add_argument("-o", "--output", type=Path, default=None,
                         help="write to this file instead of standard output")
+    _device_rules.add_arguments(parser)
 
 
 def _phase_peaks(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -100,7 +102,8 @@ def render(d: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     from .._report import load
 
-    d = compare(load(args.a).to_dict(), load(args.b).to_dict())
+    options = _device_rules.load_options(args)
+    d = compare(load(args.a, **options).to_dict(), load(args.b, **options).to_dict())
     text = json.dumps(d, indent=2) + "\n" if args.format == "json" else render(d)
     emit(text, args.output)
     return 0

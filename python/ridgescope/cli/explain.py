@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from . import _device_rules
 from ._output import emit
 
 HELP = ("Explain a trace's out-of-memory errors (verdict, evidence, remedies) and what "
@@ -21,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "since tracking started")
     parser.add_argument("-o", "--output", type=Path, default=None,
                         help="write the explanation to this file instead of standard output")
+    _device_rules.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,8 +39,9 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise RidgescopeError(f"--request: {exc}") from None
 
+    options = _device_rules.load_options(args)
     if args.at == "peak":
-        data = load(args.file).to_dict()
+        data = load(args.file, **options).to_dict()
     else:
         try:
             seconds = float(args.at)
@@ -46,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError
         except ValueError:
             raise RidgescopeError(f"--at: expected 'peak' or seconds since tracking started, got {args.at!r}") from None
-        load(args.file)  # the same clear errors for a file that is not a trace
-        data = load(args.file, probe_time_ns=int(seconds * 1e9)).to_dict()
+        load(args.file, **options)  # the same clear errors for a file that is not a trace
+        data = load(args.file, probe_time_ns=int(seconds * 1e9), **options).to_dict()
     text = render_explain(data, request=request)
     emit(text, args.output)
     return 0

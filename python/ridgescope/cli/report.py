@@ -5,6 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from . import _device_rules
 from ._output import emit
 
 HELP = "Print or write the memory report of a trace (text, JSON or a self-contained HTML page)."
@@ -32,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "docs/integrations.md)")
     parser.add_argument("--top-blocks", type=int, default=20, metavar="N",
                         help="how many of the largest blocks live at the peak to list (default 20)")
+    _device_rules.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
             raise RidgescopeError("--tensorboard goes with --format text, json or html, not snapshot")
         return _write_snapshot(args)
     options = {"timeline_columns": HTML_TIMELINE_COLUMNS} if args.format == "html" else {}
+    options.update(_device_rules.load_options(args))
     with Progress(["analysing the trace", "rendering the report"]) as progress:
         with progress.stage("analysing the trace"):
             report: Report = (load(args.file, **options) if args.top_blocks == 20

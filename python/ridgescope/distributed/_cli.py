@@ -16,6 +16,13 @@ def report_ranks(args: argparse.Namespace) -> int:
 
     if args.format == "snapshot":
         raise RidgescopeError("--format snapshot writes one run; name one trace, not several")
+    for option, value in (("--tensorboard", getattr(args, "tensorboard", None)),
+                          ("--device", getattr(args, "device", None)),
+                          ("--rules", getattr(args, "rules", None)),
+                          ("--top-blocks", None if getattr(args, "top_blocks", 20) == 20 else 1)):
+        if value is not None:
+            raise RidgescopeError(f"{option} applies to the report of one trace or snapshot; "
+                                  "name one file, not the ranks of a job")
     files = expand_inputs(args.file)
     stages = [f"analysing {len(files)} rank trace(s)", "rendering the report"]
     with Progress(stages) as progress:

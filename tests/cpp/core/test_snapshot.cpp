@@ -6,6 +6,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "catch.h"
 #include "pickle_reader.h"
@@ -208,19 +209,22 @@ SCENARIO("a snapshot written by PyTorch is read with inferred categories and pha
       w.key("segments").begin_list();
       w.begin_dict().key("device").integer(0).key("address").integer(0x100000).key("total_size").integer(2 << 20);
       w.key("stream").integer(0).key("blocks").begin_list();
-      w.begin_dict().key("size").integer(1024).key("requested_size").integer(1000).key("state").str("active_allocated");
-      w.key("frames").begin_list().end_list().end_dict();
-      w.begin_dict().key("size").integer((2 << 20) - 1024).key("requested_size").integer(0).key("state").str("inactive");
-      w.key("frames").begin_list().end_list().end_dict();
+      // the state the trace leaves: the weight, the gradient and the Adam state live
+      for (auto [size, requested, state] : {std::tuple{1024, 1000, "active_allocated"}, {3072, 0, "inactive"},
+                                            {512, 100, "active_allocated"}, {1024, 1000, "active_allocated"},
+                                            {(2 << 20) - 0x1600, 0, "inactive"}}) {
+        w.begin_dict().key("size").integer(size).key("requested_size").integer(requested).key("state").str(state);
+        w.key("frames").begin_list().end_list().end_dict();
+      }
       w.end_list().end_dict();
       w.end_list();
       w.key("device_traces").begin_list().begin_list();
       torch_entry(w, "alloc", 0x100000, 1000, 5000, {{"torch/nn/modules/linear.py", "reset_parameters"}});
-      torch_entry(w, "alloc", 0x200000, 3000, 6000, {{"torch/nn/modules/module.py", "_call_impl"}});
-      torch_entry(w, "alloc", 0x300000, 100, 7000, {{"torch/_tensor.py", "backward"}});
-      torch_entry(w, "free_requested", 0x200000, 3000, 7100, {});
-      torch_entry(w, "free_completed", 0x200000, 3000, 7100, {});
-      torch_entry(w, "alloc", 0x400000, 1000, 8000,
+      torch_entry(w, "alloc", 0x100400, 3000, 6000, {{"torch/nn/modules/module.py", "_call_impl"}});
+      torch_entry(w, "alloc", 0x101000, 100, 7000, {{"torch/_tensor.py", "backward"}});
+      torch_entry(w, "free_requested", 0x100400, 3000, 7100, {});
+      torch_entry(w, "free_completed", 0x100400, 3000, 7100, {});
+      torch_entry(w, "alloc", 0x101200, 1000, 8000,
                   {{"torch/optim/adam.py", "_init_group"}, {"torch/optim/optimizer.py", "wrapper"}});
       w.end_list().end_list();
       w.key("allocator_settings").begin_dict().end_dict();
@@ -237,7 +241,7 @@ SCENARIO("a snapshot written by PyTorch is read with inferred categories and pha
       CHECK(r.snapshot->block_sizes_inferred);
       CHECK(r.snapshot->categorised_from_frames == 2);
       CHECK(r.device == Device{DeviceType::CUDA, 0});
-      // 1024 (exact, from the segment) + 512 (100 rounded) + 1024 (1000 rounded)
+      // the blocks the segment holds at the end: 1024 (1000 rounded) + 512 (100) + 1024 (1000)
       CHECK(r.final_live_bytes == 1024 + 512 + 1024);
       CHECK(cat(r.final_by_category, Category::Parameter) == 1024);
       CHECK(cat(r.final_by_category, Category::OptimizerState) == 1024);

@@ -1,0 +1,264 @@
+// snapshot_devices.cpp — a snapshot pickle, device by device: which devices it holds memory for,
+// each one replayed on its own (snapshot_reader.cpp) and analysed, the per-device summary, and
+// the report of the device asked for or of the one whose live bytes peak highest (see
+// ridgescope/snapshot.h and docs/snapshot.md, "Devices").
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <unistd.h>
+#include <vector>
+
+#include "pickle_reader.h"
+#include "ridgescope/snapshot.h"
+#include "snapshot_replay.h"
+
+namespace ridgescope {
+namespace {
+
+using detail::PickleValue;
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw SnapshotError("cannot read '" + path + "': " + std::strerror(errno), 0);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A temporary trace file, removed when done.
+class TempTrace {
+ public:
+  TempTrace() {
+    const char* dir = std::getenv("TMPDIR");
+    std::string tmpl = std::string(dir != nullptr && *dir ? dir : "/tmp") + "/ridgescope-snapshot-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    const int fd = ::mkstemp(buf.data());
+    if (fd < 0) throw SnapshotError(std::string("cannot create a temporary file: ") + std::strerror(errno), 0);
+    ::close(fd);
+    path_ = buf.data();
+  }
+  ~TempTrace() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Actions that replay something (torch's snapshot format, docs/snapshot.md).
+bool replays(std::string_view action) {
+  for (std::string_view a : {"alloc", "free_requested", "free_completed", "free", "segment_alloc", "segment_free",
+                             "segment_map", "segment_unmap", "oom"}) {
+    if (action == a) return true;
+  }
+  return false;
+}
+
+
+struct ParsedSnapshot {
+  std::string bytes;
+  detail::PickleResult parsed;
+};
+
+ParsedSnapshot parse_snapshot(const std::string& pickle_path) {
+  ParsedSnapshot p;
+  p.bytes = read_file(pickle_path);
+  try {
+    p.parsed = detail::parse_pickle(p.bytes);
+  } catch (const detail::PickleError& e) {
+    throw SnapshotError("'" + pickle_path + "' is not a readable snapshot pickle: " + e.what(), e.offset());
+  }
+  return p;
+}
+
+// CUDA ordinals a device index can hold (ridgescope's Device::index is 16 bits).
+constexpr std::uint64_t kMaxDevices = 32768;
+
+[[noreturn]] void too_many_devices(std::uint64_t device) {
+  throw SnapshotError("not a usable torch memory snapshot: it names device " + std::to_string(device) +
+                          "; CUDA devices are numbered 0 to " + std::to_string(kMaxDevices - 1),
+                      0);
+}
+
+// The devices a snapshot holds memory for, with their segment counts: every `device` of its
+// segments and every device_traces list with an entry that replays something (an allocation, a
+// free, a segment, an OOM). Segments and traces may disagree (device_traces has one list per
+// visible GPU, most of them empty, or holding only a `snapshot` marker). Like the replay, the
+// scan visits at most four entries per byte of the file (plus 65536): device lists that share
+// one huge list through the memo are a decompression bomb, refused.
+std::map<int, std::uint64_t> snapshot_devices(const PickleValue& root, std::uint64_t file_bytes) {
+  std::map<int, std::uint64_t> out;
+  std::uint64_t budget = 4 * file_bytes + 65536;
+  const PickleValue* segments = root.is_list_like() ? &root : root.is_dict() ? root.get("segments") : nullptr;
+  if (segments != nullptr && segments->is_list_like()) {
+    for (const PickleValue& s : segments->list()) {
+      if (!s.is_dict()) continue;
+      std::uint64_t d = 0;
+      if (const PickleValue* v = s.get("device"); v != nullptr && !v->to_uint64(&d)) continue;
+      if (d >= kMaxDevices) too_many_devices(d);
+      ++out[static_cast<int>(d)];
+    }
+  }
+  const PickleValue* traces = root.is_dict() ? root.get("device_traces") : nullptr;
+  if (traces != nullptr && traces->is_list_like()) {
+    for (std::size_t i = 0; i < traces->list().size(); ++i) {
+      const PickleValue& t = traces->list()[i];
+      if (!t.is_list_like()) continue;
+      for (const PickleValue& e : t.list()) {
+        if (budget-- == 0) {  // (one budget for the scan; each replay then has its own)
+          throw SnapshotError("not a usable torch memory snapshot: device_traces makes the snapshot reference more "
+                              "items than its bytes can hold (the same lists referenced many times over: a "
+                              "decompression bomb?)",
+                              0);
+        }
+        const PickleValue* a = e.is_dict() ? e.get("action") : nullptr;
+        if (a != nullptr && a->is_str() && replays(a->str())) {
+          if (i >= kMaxDevices) too_many_devices(i);
+          out.try_emplace(static_cast<int>(i), 0);
+          break;
+        }
+      }
+    }
+  }
+  // Each device's replay walks every segment: many devices over many segments is more work
+  // than a file of this size can ask for.
+  const std::uint64_t n_segments = segments != nullptr && segments->is_list_like() ? segments->list().size() : 0;
+  if (out.size() > 1 && out.size() * (n_segments + 1) > 4 * file_bytes + 65536) {
+    throw SnapshotError("not a usable torch memory snapshot: " + std::to_string(out.size()) + " devices over " +
+                            std::to_string(n_segments) + " segments is more than its " + std::to_string(file_bytes) +
+                            " bytes can hold (each device is replayed on its own)",
+                        0);
+  }
+  return out;
+}
+
+std::string device_list(const std::map<int, std::uint64_t>& devices) {
+  std::string out;
+  for (const auto& [d, n] : devices) out += (out.empty() ? "" : ", ") + ("cuda:" + std::to_string(d));
+  return out;
+}
+
+// Replays one device (options.device_index, resolved) into a trace at `trace_path`.
+SnapshotImport convert(const ParsedSnapshot& p, const std::string& trace_path, const SnapshotReadOptions& options,
+                       std::uint64_t* peak_bytes = nullptr) {
+  Recorder rec(trace_path);
+  SnapshotImport info =
+      detail::replay_snapshot_device(p.parsed.root, p.parsed.protocol, p.bytes.size(), options, rec, peak_bytes);
+  rec.close();
+  if (rec.failed()) throw SnapshotError("cannot write the replayed trace '" + trace_path + "': " + rec.error(), 0);
+  return info;
+}
+
+// The devices to replay: the one asked for (which must hold memory when any does), else all.
+std::vector<int> devices_to_replay(const std::map<int, std::uint64_t>& devices, const SnapshotReadOptions& options) {
+  if (options.device_index) {
+    const int d = *options.device_index;
+    if (d < 0) throw SnapshotError("device index " + std::to_string(d) + " is negative", 0);
+    if (!devices.empty() && !devices.contains(d)) {
+      throw SnapshotError("the snapshot records no memory on cuda:" + std::to_string(d) + " (it has " +
+                              device_list(devices) + ")",
+                          0);
+    }
+    return {d};
+  }
+  std::vector<int> out;
+  for (const auto& [d, n] : devices) out.push_back(d);
+  if (out.empty()) out.push_back(0);  // an empty snapshot: an empty report of cuda:0
+  return out;
+}
+
+}  // namespace
+
+bool looks_like_pickle(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  const int c = std::fgetc(f);
+  std::fclose(f);
+  return c == 0x80;
+}
+
+SnapshotImport snapshot_to_trace(const std::string& pickle_path, const std::string& trace_path,
+                                 const SnapshotReadOptions& options) {
+  const ParsedSnapshot p = parse_snapshot(pickle_path);
+  const std::vector<int> devices = devices_to_replay(snapshot_devices(p.parsed.root, p.bytes.size()), options);
+  SnapshotReadOptions chosen = options;
+  chosen.device_index = devices.front();
+  if (devices.size() > 1) {  // the device whose live bytes peak highest
+    std::uint64_t best = 0;
+    for (int d : devices) {
+      TempTrace temp;
+      SnapshotReadOptions o = options;
+      o.device_index = d;
+      std::uint64_t peak = 0;
+      convert(p, temp.path(), o, &peak);
+      if (peak > best) {
+        best = peak;
+        chosen.device_index = d;
+      }
+    }
+  }
+  return convert(p, trace_path, chosen);
+}
+
+Report analyze_snapshot(const std::string& pickle_path, const AnalysisOptions& analysis,
+                        const SnapshotReadOptions& options) {
+  // Every device is replayed into a trace of its own first; the parsed pickle (the largest
+  // thing held, tens of bytes per byte of the file) is released before the analyses run.
+  struct Replayed {
+    int device;
+    std::unique_ptr<TempTrace> trace;
+    SnapshotImport info;
+  };
+  std::vector<Replayed> replayed;
+  std::map<int, std::uint64_t> held;
+  std::uint64_t file_bytes = 0;
+  {
+    const ParsedSnapshot p = parse_snapshot(pickle_path);
+    file_bytes = p.bytes.size();
+    held = snapshot_devices(p.parsed.root, p.bytes.size());
+    for (int d : devices_to_replay(held, options)) {
+      auto temp = std::make_unique<TempTrace>();
+      SnapshotReadOptions o = options;
+      o.device_index = d;
+      SnapshotImport info = convert(p, temp->path(), o);
+      replayed.push_back({d, std::move(temp), std::move(info)});
+    }
+  }
+  std::optional<Report> report;
+  std::vector<SnapshotDevice> rows;
+  for (Replayed& x : replayed) {
+    AnalysisOptions a = analysis;
+    a.device = x.info.device == "cpu" ? Device{} : Device{DeviceType::CUDA, static_cast<std::int16_t>(x.device)};
+    Report r = analyze_trace(x.trace->path(), a);
+    x.trace.reset();
+    SnapshotDevice row;
+    row.device = x.info.device;
+    if (auto it = held.find(x.device); it != held.end()) row.segments = it->second;
+    row.trace_entries = x.info.trace_entries;
+    row.peak_bytes = r.peak.bytes;
+    row.peak_reserved_bytes = r.peak.reserved_bytes;
+    row.peak_by_category = r.peak.by_category;
+    row.end_live_bytes = r.final_live_bytes;
+    row.end_reserved_bytes = r.final_reserved_bytes;
+    rows.push_back(row);
+    if (!report || r.peak.bytes > report->peak.bytes) {
+      r.snapshot = std::move(x.info);
+      report = std::move(r);
+    }
+  }
+  report->trace.path = pickle_path;
+  report->trace.file_bytes = file_bytes;
+  report->snapshot->devices = std::move(rows);
+  report->snapshot->device_choice = options.device_index ? "asked" : "highest_peak";
+  return *std::move(report);
+}
+
+}  // namespace ridgescope

@@ -1,0 +1,53 @@
+// snapshot_frames.h — reading the stack frames of a torch memory snapshot's entries: which
+// phase a stack names, where a block was made (the user frame and the module path from
+// nn.Module calls), and frames as reasons print them (internal to the core; used by the reader
+// and the inference).
+//
+// Thread-safety: pure functions of their arguments.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ridgescope::detail {
+
+// One stack frame of a snapshot entry (torch lists them innermost first). The views point into
+// the parsed pickle, which outlives the inference.
+struct SnapshotFrame {
+  std::string_view filename, name;
+  std::int64_t line = 0;
+};
+using SnapshotFrames = std::vector<SnapshotFrame>;
+
+// The phase a stack names, innermost decisive frame kinds in this order: zero_grad, the
+// optimizer (torch/optim/), backward (Tensor.backward, autograd's engine), forward (an
+// nn.Module call or a `forward`); "" when no frame decides.
+std::string_view phase_from_frames(const SnapshotFrames& frames);
+
+// Where a block was made, for labels: the user frame that called the outermost module, then
+// the module path, one `forward` frame per nn.Module call (`_call_impl` frames of
+// torch/nn/modules/module.py), outermost first, e.g. "train.py:42 main > model.py:88 forward >
+// linear.py:116 forward" (at most four module frames; "..." marks omitted outer ones). Without
+// module calls: the innermost frame of the user's code (a Python file outside torch), else the
+// innermost Python frame; "" when there is no Python frame.
+std::string where_from_frames(const SnapshotFrames& frames);
+
+// A frame as reasons print it: the file from its "torch/" part (or its base name), and the
+// function: "torch/optim/adamw.py _init_group".
+std::string frame_text(const SnapshotFrame& frame);
+
+// A frame as labels print it: "model.py:88 forward" (the file's base name and line).
+std::string python_frame_text(const SnapshotFrame& frame);
+
+// `needle` (written with '/') occurs in `path`, where '\\' counts as '/' (Windows paths).
+bool path_has(std::string_view path, std::string_view needle);
+
+// A Python frame (a .py file).
+bool is_python(const SnapshotFrame& frame);
+
+// A frame of torch or of an installed package (site-packages, dist-packages): not the user's code.
+bool is_library(const SnapshotFrame& frame);
+
+}  // namespace ridgescope::detail
