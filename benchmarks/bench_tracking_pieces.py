@@ -8,6 +8,11 @@ processes on a shared machine disturb it less than wall time would.
                   (``torch.empty(64)`` in a loop, a bare native session vs none)
   module_call     ns per module call: no hooks, torch's slow path with two no-op global hooks,
                   and ridgescope's hooks (a model of 301 trivial modules, under no_grad)
+  site_capture    ns per allocation for its site (docs/sites.md): torch.empty(64) in a loop at a
+                  Python depth of 25 frames, through a bare native session with stacks "none",
+                  "site" and "python" (the difference is the capture's cost), and the same for
+                  the allocations of backward (autograd node and module: a chain of 200
+                  ``x * w`` ops inside a module, ns per backward node)
   saved_tensor    ns per tensor saved for backward: no hooks, identity Python hooks (torch's
                   machinery alone), ridgescope's pack hook with the identity unpack
                   (``x = x * w`` chains, 2 saved tensors per op; the bare session's CPU source
@@ -15,8 +20,9 @@ processes on a shared machine disturb it less than wall time would.
   step            ms per TinyGPT training step (the bench_training_step.py model, batch 8) in
                   variants run in alternating blocks of steps: untracked; identity
                   saved-tensor hooks (no ridgescope); a bare native session (the CPU source
-                  alone: no hooks, no phases); tracked (default); tracked_lifetime
-                  (activations=False). ``over_ms`` is the median step minus untracked's.
+                  alone: no hooks, no phases, no sites); tracked (default); tracked_nosites
+                  (stacks=None); tracked_lifetime (activations=False). ``over_ms`` is the
+                  median step minus untracked's.
 
 Prints ONE JSON object (schema_version 1); ``--out FILE`` writes a copy.
 
@@ -46,7 +52,7 @@ from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
 import ridgescope as rs  # noqa: E402
 from ridgescope import _C  # noqa: E402
 
-SECTIONS = ("cpu_source", "module_call", "saved_tensor", "step")
+SECTIONS = ("cpu_source", "site_capture", "module_call", "saved_tensor", "step")
 
 
 def best_of(fn: Callable[[], float], repeats: int = 5) -> float:
@@ -54,9 +60,13 @@ def best_of(fn: Callable[[], float], repeats: int = 5) -> float:
 
 
 @contextlib.contextmanager
-def bare_session(tmp: Path) -> Iterator[Any]:
-    """The native session alone: the CPU allocator source and the recorder, no Python hooks."""
-    s = _C.Session(str(tmp / "bare.rstrace"), 0)
+def bare_session(tmp: Path, stacks: str = "none") -> Iterator[Any]:
+    """The native session alone: the CPU allocator source and the recorder, no Python hooks
+    (and by default no allocation sites)."""
+    if stacks != "none":
+        from ridgescope._session import _configure_sites
+        _configure_sites()
+    s = _C.Session(str(tmp / "bare.rstrace"), 0, stacks)
     try:
         yield s
     finally:
@@ -78,6 +88,74 @@ def cpu_source(tmp: Path, n: int) -> dict[str, Any]:
     u, t = statistics.median(untracked), statistics.median(tracked)
     return {"untracked_ns": round(u, 1), "tracked_ns": round(t, 1),
             "source_ns_per_pair": round(t - u, 1), "iterations": n}
+
+
+def site_capture(tmp: Path, n: int) -> dict[str, Any]:
+    def deep(depth: int, fn: Callable[[], float]) -> float:
+        return fn() if depth == 0 else deep(depth - 1, fn)
+
+    def forward_loop() -> float:
+        t0 = time.thread_time()
+        for _ in range(n):
+            torch.empty(64)
+        return (time.thread_time() - t0) / n * 1e9
+
+    class Chain(torch.nn.Module):  # a module, so that backward nodes have one
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(16))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for _ in range(200):
+                x = x * self.w
+            return x
+
+    chain, x0, reps = Chain(), torch.randn(16), 30
+
+    def backward_loop() -> float:
+        t = 0.0
+        for _ in range(reps):
+            y = chain(x0).sum()
+            t0 = time.thread_time()
+            y.backward()
+            t += time.thread_time() - t0
+        return t / reps / 200 * 1e9
+
+    modes = ("none", "site", "python")
+    fwd: dict[str, list[float]] = {m: [] for m in modes}
+    bwd: dict[str, list[float]] = {m: [] for m in modes}
+    for rep in range(7):  # interleaved; the fastest of the repetitions, as best_of
+        for stacks in modes[rep % 3:] + modes[:rep % 3]:
+            with bare_session(tmp, stacks) as s:
+                fwd[stacks].append(deep(25, forward_loop))
+                # the module hooks' ranges: the bare session has no Python hooks, so enter and
+                # exit the module around its forward by hand, as the hooks would
+                mod, act = s.intern("chain"), s.intern("activation saved in chain")
+                orig = chain.forward
+
+                def forward(x: torch.Tensor) -> torch.Tensor:
+                    s.enter_module(act, mod)
+                    try:
+                        return orig(x)
+                    finally:
+                        s.exit_module()
+                chain.forward = forward
+                try:
+                    bwd[stacks].append(backward_loop())
+                finally:
+                    chain.forward = orig
+    out: dict[str, Any] = {}
+    for stacks in modes:
+        out[f"forward_{stacks}_ns"] = round(min(fwd[stacks]), 1)
+        out[f"backward_{stacks}_ns"] = round(min(bwd[stacks]), 1)
+    out["site_forward_ns_per_alloc"] = round(out["forward_site_ns"] - out["forward_none_ns"], 1)
+    out["python_forward_ns_per_alloc"] = round(out["forward_python_ns"] - out["forward_none_ns"], 1)
+    out["site_backward_ns_per_node"] = round(out["backward_site_ns"] - out["backward_none_ns"], 1)
+    out["python_backward_ns_per_node"] = round(out["backward_python_ns"] - out["backward_none_ns"], 1)
+    out["note"] = ("forward: per torch.empty(64) at 25 Python frames below the loop; backward: per "
+                   "MulBackward0 node, each allocating its output gradient; the CPU source's own "
+                   "cost is in every figure")
+    return out
 
 
 def module_call(tmp: Path) -> dict[str, Any]:
@@ -150,13 +228,17 @@ def saved_tensor(tmp: Path) -> dict[str, Any]:
     with torch.autograd.graph.saved_tensors_hooks(identity, identity):
         out["identity_hooks_ns"] = best_of(run)
     with bare_session(tmp) as s, torch.autograd.graph.saved_tensors_hooks(s.pack_saved, identity):
-        out["ridgescope_pack_ns"] = best_of(run)
+        out["ridgescope_pack_ns"] = best_of(run)  # the pybind11 pack method and a Python identity
+    with bare_session(tmp) as s, torch.autograd.graph.saved_tensors_hooks(*s.saved_tensor_hooks()):
+        out["ridgescope_hooks_ns"] = best_of(run)  # what rs.track installs: plain C functions
     with bare_session(tmp):
         out["cpu_source_only_ns"] = best_of(run)
     out = {k: round(v, 1) for k, v in out.items()}
     out["torch_machinery_ns"] = round(out["identity_hooks_ns"] - out["none_ns"], 1)
     out["ridgescope_pack_own_ns"] = round(
         out["ridgescope_pack_ns"] - out["cpu_source_only_ns"] - out["torch_machinery_ns"], 1)
+    out["ridgescope_hooks_own_ns"] = round(
+        out["ridgescope_hooks_ns"] - out["cpu_source_only_ns"] - out["torch_machinery_ns"], 1)
     out["note"] = "per saved tensor, the op and its share of backward included in every figure"
     return out
 
@@ -178,7 +260,8 @@ class Trainer:
         self.optimizer.step()
 
 
-STEP_VARIANTS = ("untracked", "identity_saved", "cpu_source_only", "tracked", "tracked_lifetime")
+STEP_VARIANTS = ("untracked", "identity_saved", "cpu_source_only", "tracked", "tracked_nosites",
+                 "tracked_lifetime")
 
 
 def step(tmp: Path, blocks: int, block: int, batch: int) -> dict[str, Any]:
@@ -193,7 +276,7 @@ def step(tmp: Path, blocks: int, block: int, batch: int) -> dict[str, Any]:
         if v == "cpu_source_only":
             return bare_session(tmp)
         return rs.track(model=t.model, optimizer=t.optimizer, out=tmp / f"{v}.rstrace",
-                        activations=v == "tracked")
+                        activations=v != "tracked_lifetime", stacks=None if v == "tracked_nosites" else "site")
 
     trainers = {v: Trainer(batch) for v in STEP_VARIANTS}
     times: dict[str, list[float]] = {v: [] for v in STEP_VARIANTS}
@@ -243,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(d)
         if "cpu_source" in only:
             out["cpu_source"] = cpu_source(tmp, args.alloc_iterations)
+        if "site_capture" in only:
+            out["site_capture"] = site_capture(tmp, args.alloc_iterations // 2)
         if "module_call" in only:
             out["module_call"] = module_call(tmp)
         if "saved_tensor" in only:

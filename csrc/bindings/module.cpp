@@ -10,6 +10,8 @@
 #include "ridgescope/trace_reader.h"
 #include "cpu_allocator_source.h"
 #include "cuda_allocator_source.h"
+#include "python_frames.h"
+#include "site_capture.h"
 #include "tracking_session.h"
 #include "allocator_model_bindings.h"
 #include "distributed_bindings.h"
@@ -46,6 +48,7 @@ py::list read_events(const std::string& path, std::size_t limit) {
     d["weak"] = (e.flags & ridgescope::kTagWeak) != 0;
     d["string"] = std::string(reader.string(e.string_id));
     d["value"] = e.value;
+    d["stack_id"] = e.stack_id;
     out.append(std::move(d));
   }
   if (reader.truncated()) {
@@ -77,6 +80,48 @@ ridgescope::EventKind to_event_kind(const std::string& name) {
     if (ridgescope::event_kind_name(k) == name) return k;
   }
   throw py::value_error("unknown event kind '" + name + "'");
+}
+
+// The saved-tensor hooks as plain CPython functions (METH_O): torch calls them for every tensor
+// saved for backward (pack) and every use of one in backward (unpack); a pybind11 method's
+// dispatch costs more than the work. The pack hook's self is a capsule holding the session,
+// which also keeps the Python session object alive as long as torch holds the hook.
+constexpr const char* kSessionCapsule = "ridgescope.TrackingSession";
+
+PyObject* pack_saved(PyObject* capsule, PyObject* tensor) {
+  auto* session = static_cast<TrackingSession*>(PyCapsule_GetPointer(capsule, kSessionCapsule));
+  if (session == nullptr) return nullptr;
+  try {
+    if (THPVariable_Check(tensor)) session->on_saved_tensor(THPVariable_Unpack(tensor));
+  } catch (...) {
+    PyErr_Clear();  // not a tensor we can read: saved as it is, untagged
+  }
+  Py_INCREF(tensor);
+  return tensor;
+}
+
+PyObject* unpack_saved(PyObject*, PyObject* packed) {
+  Py_INCREF(packed);
+  return packed;
+}
+
+PyMethodDef kPackSaved = {"pack_saved", pack_saved, METH_O, "ridgescope's saved-tensor pack hook"};
+PyMethodDef kUnpackSaved = {"unpack_saved", unpack_saved, METH_O, "the identity: ridgescope's unpack hook"};
+
+void release_session(PyObject* capsule) {
+  Py_XDECREF(static_cast<PyObject*>(PyCapsule_GetContext(capsule)));
+}
+
+py::tuple saved_tensor_hooks(py::object session) {
+  TrackingSession& s = session.cast<TrackingSession&>();
+  PyObject* capsule = PyCapsule_New(&s, kSessionCapsule, release_session);
+  if (capsule == nullptr) throw py::error_already_set();
+  PyCapsule_SetContext(capsule, session.inc_ref().ptr());
+  py::object self = py::reinterpret_steal<py::object>(capsule);
+  py::object pack = py::reinterpret_steal<py::object>(PyCFunction_New(&kPackSaved, self.ptr()));
+  py::object unpack = py::reinterpret_steal<py::object>(PyCFunction_New(&kUnpackSaved, nullptr));
+  if (!pack || !unpack) throw py::error_already_set();
+  return py::make_tuple(pack, unpack);
 }
 
 }  // namespace
@@ -216,8 +261,20 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("failed", &ridgescope::Recorder::failed)
       .def_property_readonly("error", &ridgescope::Recorder::error);
 
+  m.def("configure_python_frames", &ridgescope::sources::configure_python_frames,
+        py::arg("library_roots"), py::arg("stdlib_roots"),
+        "Set which files are library code for allocation sites and install the Python frame "
+        "walker after checking it on this thread; returns '' or why Python frames are not read.");
+
   py::class_<TrackingSession>(m, "Session")
-      .def(py::init<const std::string&, std::uint64_t>(), py::arg("path"), py::arg("capacity") = 0)
+      .def(py::init([](const std::string& path, std::uint64_t capacity, const std::string& stacks) {
+             ridgescope::sources::StackMode mode;
+             if (!ridgescope::sources::parse_stack_mode(stacks, &mode)) {
+               throw py::value_error("stacks must be 'site', 'python', 'all' or 'none', got '" + stacks + "'");
+             }
+             return std::make_unique<TrackingSession>(path, capacity, mode);
+           }),
+           py::arg("path"), py::arg("capacity") = 0, py::arg("stacks") = "site")
       .def("stop", &TrackingSession::stop, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("active", &TrackingSession::active)
       .def_property_readonly("degraded", &TrackingSession::degraded)
@@ -243,6 +300,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("tensor"), py::arg("category"), py::arg("label") = 0)
       .def("pack_saved",
            [](TrackingSession& s, const at::Tensor& t) { return s.on_saved_tensor(t); })
+      .def("saved_tensor_hooks", &saved_tensor_hooks,
+           "(pack, unpack): the saved-tensor hooks as plain C functions (pack tags activations)")
       .def("watch_parameters", &TrackingSession::watch_parameters)
       .def("tag_gradients", &TrackingSession::tag_gradients)
       .def("enter_module", &TrackingSession::enter_module, py::arg("activation_label"),

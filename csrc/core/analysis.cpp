@@ -10,6 +10,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "format_bytes.h"
+#include "peak_sites.h"
+#include "retained.h"
 #include "run_summary.h"
 #include "ridgescope/forensics.h"
 #include "ridgescope/ledger.h"
@@ -328,7 +330,8 @@ class ReplayPass {
              const AnalysisOptions& options, Report& report)
       : reader_(reader), resolved_(resolved), device_(device), peak_seq_(peak_seq),
         has_peak_(has_peak), options_(options), report_(report),
-        timeline_(report.timeline, end_time_ns, options.timeline_columns) {
+        timeline_(report.timeline, end_time_ns, options.timeline_columns),
+        frames_(reader, report.frames) {
   }
 
   void run(TraceReader& reader) {
@@ -368,7 +371,9 @@ class ReplayPass {
           if (e.device == device_) on_sample(e);
           break;
         case EventKind::Metadata: on_metadata(std::string(reader.string(e.string_id)), e.text); break;
-        case EventKind::String: break;
+        case EventKind::String:
+        case EventKind::Frame:
+        case EventKind::Stack: break;  // absorbed into the reader's tables
       }
       last_time_ = e.time_ns;
     }
@@ -435,8 +440,11 @@ class ReplayPass {
     b.label_id = r.label_id;
     b.alloc_phase_id = phase_stack_.empty() ? 0 : phase_stack_.back();
     b.context_id = e.string_id;
+    b.stack_id = e.stack_id;
     b.category = r.category;
+    if (const LiveBlock* old = ledger_.find(e.addr)) retention_.on_free(old->block_id);  // a missed free
     ledger_.on_alloc(e.addr, b);
+    retention_.on_alloc(id, frames_.site_of_stack(e.stack_id), r.category, e.bytes, e.seq);
     alloc_step_[id] = current_step_;
     for (std::size_t i = 0; i < open_phases_.size(); ++i) {
       PhaseStats& p = phase_at(i);
@@ -453,6 +461,7 @@ class ReplayPass {
     observe_timeline();
     ++report_.frees;
     alloc_step_.erase(block->block_id);
+    retention_.on_free(block->block_id);
     for (std::size_t i = 0; i < open_phases_.size(); ++i) phase_at(i).freed_bytes += block->bytes;
   }
 
@@ -513,6 +522,7 @@ class ReplayPass {
     s.end_by_category = ledger_.by_category();
     s.end_time_ns = e.time_ns;
     report_.timeline.step_ends.emplace_back(e.value, e.time_ns);
+    retention_.on_step_end(e.value);
     step_open_ = false;
     current_step_ = e.value + 1;
     occurrences_.clear();
@@ -663,8 +673,12 @@ class ReplayPass {
       auto it = alloc_step_.find(b.block_id);
       t.step_allocated = it == alloc_step_.end() ? 0 : it->second;
       t.address = blocks[i].first;
+      const std::uint32_t site = frames_.site_of_stack(b.stack_id);
+      t.site = frames_.site_text(site);
+      t.site_frame = frames_.index(site);
       peak.top_blocks.push_back(std::move(t));
     }
+    detail::collect_peak_sites(ledger_, frames_, options_.top_sites, options_.max_stacks, peak);
     for (auto& [key, l] : labels) peak.by_label.push_back(std::move(l));
     std::sort(peak.by_label.begin(), peak.by_label.end(), [](const LabelBytes& a, const LabelBytes& b) {
       return a.bytes != b.bytes ? a.bytes > b.bytes : a.label < b.label;
@@ -690,6 +704,7 @@ class ReplayPass {
     report_.final_reserved_bytes = ledger_.reserved_bytes();
     report_.final_by_category = ledger_.by_category();
     report_.anomalies = ledger_.anomalies();
+    report_.retained = retention_.result(frames_);
     timeline_.finish();
     // Phases were recorded as they closed (inner ones first); draw them in order of beginning.
     std::stable_sort(report_.timeline.phases.begin(), report_.timeline.phases.end(),
@@ -708,6 +723,8 @@ class ReplayPass {
   const AnalysisOptions& options_;
   Report& report_;
   TimelineBuilder timeline_;
+  detail::FrameTable frames_;           // the report's frames (sites, stacks, verdicts)
+  detail::RetentionDetector retention_;  // tensors kept across steps
   std::uint64_t now_ns_ = 0;  // time of the last timed event
   Ledger ledger_;
   std::uint64_t next_block_id_ = 0;
@@ -805,6 +822,17 @@ void add_warnings(Report& report) {
       break;
     }
     if (found) break;
+  }
+  if (report.retained) {
+    const Verdict& v = report.retained->verdict;
+    std::string message = v.summary;
+    if (!v.remedies.empty()) {
+      std::string action = v.remedies.front().action;
+      if (!action.empty() && action[0] >= 'A' && action[0] <= 'Z') action[0] = static_cast<char>(action[0] - 'A' + 'a');
+      message += " Remedy: " + action + ".";
+    }
+    report.warnings.push_back({"retained_tensors", std::move(message), report.retained->growth_per_step_bytes,
+                               report.retained->since_step});
   }
   if (report.consistency.mismatches > 0) {
     report.warnings.push_back(

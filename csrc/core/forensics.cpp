@@ -196,4 +196,61 @@ Verdict explain_oom(const OomContext& c) {
   return v;
 }
 
+Verdict explain_retention(const RetentionContext& c) {
+  Verdict v;
+  v.kind = "retained_tensors";
+  v.dominant = c.category;
+  const std::uint64_t activation = c.growth_by_category[category_index(Category::Activation)];
+  // A graph kept alive: most of what grows is what autograd saved for a backward that never ran.
+  const bool graph = activation * 2 > c.growth_per_step_bytes;
+  std::string growth = c.growth_constant
+                           ? format_bytes(c.growth_per_step_bytes)
+                           : "Between " + format_bytes(c.min_growth_bytes) + " and " +
+                                 format_bytes(c.max_growth_bytes) + " (" +
+                                 format_bytes(c.growth_per_step_bytes) + " on average)";
+  const std::string latest = c.sites > 1 ? "the latest " : "";
+  std::string where;
+  if (!c.location.empty()) {
+    where = latest + "allocated at " + c.location + (c.function.empty() ? "" : " in `" + c.function + "`");
+  } else if (!c.site.empty()) {
+    where = latest + "allocated by " + c.site;
+  }
+  std::string what = growth + " more is live at the end of every step since step " +
+                     std::to_string(c.since_step) + " (" + std::to_string(c.blocks) + " blocks, " +
+                     format_bytes(c.bytes) + " now)";
+  if (c.sites > 1) what += " at " + std::to_string(c.sites) + " sites";
+  if (!where.empty()) what += ", " + where;
+  if (c.sites > 1) {
+    // Several sites: what each category adds a step, largest first.
+    std::vector<std::pair<std::uint64_t, std::size_t>> parts;
+    for (std::size_t i = 0; i < kCategoryCount; ++i) {
+      if (c.growth_by_category[i] != 0) parts.emplace_back(c.growth_by_category[i], i);
+    }
+    std::sort(parts.rbegin(), parts.rend());
+    what += ", a step by category:";
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      what += std::string(i ? ", " : " ") + std::string(category_name(static_cast<Category>(parts[i].second))) + " " +
+              format_bytes(parts[i].first);
+    }
+  } else {
+    what += ", category " + std::string(category_name(c.category));
+  }
+  if (graph) {
+    v.dominant = Category::Activation;
+    v.summary = what + ": the autograd graph of a forward is kept across steps (its saved activations are "
+                       "never freed), for example by keeping a loss or an output without `.item()` or `.detach()`.";
+    v.remedies = {{"Keep `loss.item()` (or `.detach()`) of what you keep, or run that forward under `torch.no_grad()`",
+                   "none"}};
+  } else {
+    v.summary = what + ": a tensor kept across steps (for example appended to a list).";
+    v.remedies = {{"Keep `.item()`/`.detach().cpu()` of it, or drop the reference", "none"}};
+  }
+  std::string steps = "growth at the end of the last steps:";
+  for (const auto& [step, bytes] : c.evidence_steps) steps += " step " + std::to_string(step) + " +" + format_bytes(bytes) + ";";
+  if (!c.evidence_steps.empty()) steps.pop_back();
+  v.evidence.push_back(steps);
+  for (const auto& s : c.evidence_sites) v.evidence.push_back(s);
+  return v;
+}
+
 }  // namespace ridgescope

@@ -98,6 +98,8 @@ void encode_record(const Event& e, CodecClock& clock, std::string& out) {
     encode_text_record(e, out);
     return;
   }
+  // Frames and stacks carry their content outside Event: encode_frame_record/encode_stack_record.
+  if (e.kind == EventKind::Frame || e.kind == EventKind::Stack) return;
   TimedPayload p;
   p.varint(zigzag(static_cast<std::int64_t>(e.time_ns - clock.last_time_ns)));
   clock.last_time_ns = e.time_ns;
@@ -109,7 +111,10 @@ void encode_record(const Event& e, CodecClock& clock, std::string& out) {
       p.varint(e.requested_bytes);
       p.varint(e.stream);
       p.varint(e.thread);
-      if (e.string_id != 0) p.varint(e.string_id);  // module context (optional)
+      // Trailing and optional: the module context, then the stack (which needs the context
+      // before it, 0 when none).
+      if (e.string_id != 0 || e.stack_id != 0) p.varint(e.string_id);
+      if (e.stack_id != 0) p.varint(e.stack_id);
       break;
     case EventKind::Free:
       p.device(e.device);
@@ -153,13 +158,43 @@ void encode_record(const Event& e, CodecClock& clock, std::string& out) {
       break;
     case EventKind::String:
     case EventKind::Metadata:
-      break;  // handled above
+    case EventKind::Frame:
+    case EventKind::Stack:
+      break;  // returned above
   }
   p.append_record(e.kind, out);
 }
 
+namespace {
+void append_definition(EventKind kind, const std::string& payload, std::string& out) {
+  out.push_back(static_cast<char>(kind));
+  put_varint(out, payload.size());
+  out.append(payload);
+}
+}  // namespace
+
+void encode_frame_record(std::uint32_t id, const FrameRecord& f, std::string& out) {
+  std::string payload;
+  put_varint(payload, id);
+  put_varint(payload, static_cast<std::uint64_t>(f.kind));
+  put_varint(payload, f.file_id);
+  put_varint(payload, f.line);
+  put_varint(payload, f.function_id);
+  put_varint(payload, f.module_id);
+  append_definition(EventKind::Frame, payload, out);
+}
+
+void encode_stack_record(std::uint32_t id, const std::uint32_t* frames, std::size_t count,
+                         std::uint32_t site, std::string& out) {
+  std::string payload;
+  put_varint(payload, id);
+  put_varint(payload, site);
+  for (std::size_t i = 0; i < count; ++i) put_varint(payload, frames[i]);
+  append_definition(EventKind::Stack, payload, out);
+}
+
 DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock& clock,
-                           Event* out) {
+                           Event* out, std::uint32_t version, Definition* definition) {
   if (*pos >= chunk.size()) return DecodeStatus::Malformed;
   const auto kind_byte = static_cast<std::uint8_t>(chunk[*pos]);
   std::size_t p = *pos + 1;
@@ -167,7 +202,9 @@ DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock&
   if (!get_varint(chunk, &p, &length) || length > chunk.size() - p) return DecodeStatus::Malformed;
   const std::string_view payload = chunk.substr(p, length);
   *pos = p + length;
-  if (kind_byte < 1 || kind_byte > static_cast<std::uint8_t>(EventKind::Metadata)) {
+  const bool definition_kind = version >= 2 && (kind_byte == static_cast<std::uint8_t>(EventKind::Frame) ||
+                                                 kind_byte == static_cast<std::uint8_t>(EventKind::Stack));
+  if (!definition_kind && (kind_byte < 1 || kind_byte > static_cast<std::uint8_t>(EventKind::Metadata))) {
     // Forward compatibility: kinds below 64 (but String and Metadata) begin with the time delta,
     // so a reader that skips one still keeps the clock right.
     std::uint64_t dt;
@@ -180,6 +217,30 @@ DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock&
   Event e;
   e.kind = static_cast<EventKind>(kind_byte);
   FieldReader r(payload);
+  if (definition_kind) {
+    Definition scratch;
+    Definition& d = definition != nullptr ? *definition : scratch;
+    if (!r.u32(&e.string_id)) return DecodeStatus::Malformed;
+    if (e.kind == EventKind::Frame) {
+      std::uint8_t kind = 0;
+      if (!r.u8(&kind) || !r.u32(&d.frame.file_id) || !r.u64(&d.frame.line) ||
+          !r.u32(&d.frame.function_id) || !r.u32(&d.frame.module_id)) {
+        return DecodeStatus::Malformed;
+      }
+      d.frame.kind = frame_kind_from_byte(kind);
+    } else {
+      if (!r.u32(&d.site)) return DecodeStatus::Malformed;
+      d.frames.clear();
+      while (!r.rest().empty()) {
+        std::uint32_t f = 0;
+        if (d.frames.size() >= kMaxStackFrames || !r.u32(&f)) return DecodeStatus::Malformed;
+        d.frames.push_back(f);
+      }
+      if (d.site > d.frames.size()) return DecodeStatus::Malformed;
+    }
+    *out = e;
+    return DecodeStatus::Ok;
+  }
   if (e.kind != EventKind::String && e.kind != EventKind::Metadata) {
     std::uint64_t dt;
     if (!r.u64(&dt)) return DecodeStatus::Malformed;
@@ -190,7 +251,8 @@ DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock&
   switch (e.kind) {
     case EventKind::Alloc:
       ok = r.device(&e.device) && r.u64(&e.addr) && r.u64(&e.bytes) && r.u64(&e.requested_bytes) &&
-           r.u64(&e.stream) && r.u32(&e.thread) && (r.rest().empty() || r.u32(&e.string_id));
+           r.u64(&e.stream) && r.u32(&e.thread) && (r.rest().empty() || r.u32(&e.string_id)) &&
+           (version < 2 || r.rest().empty() || r.u32(&e.stack_id));  // version 1: ignored
       break;
     case EventKind::Free:
       ok = r.device(&e.device) && r.u64(&e.addr) && r.u64(&e.bytes) && r.u64(&e.stream) &&
@@ -225,6 +287,9 @@ DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock&
       ok = r.u32(&e.string_id);
       e.text = r.rest();
       break;
+    case EventKind::Frame:
+    case EventKind::Stack:
+      break;  // decoded above
   }
   if (!ok) return DecodeStatus::Malformed;
   *out = e;

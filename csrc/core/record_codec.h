@@ -5,8 +5,11 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ridgescope/event.h"
+#include "ridgescope/stack.h"
+#include "ridgescope/trace_format.h"
 
 namespace ridgescope::detail {
 
@@ -17,14 +20,30 @@ struct CodecClock {
 
 void encode_record(const Event& event, CodecClock& clock, std::string& out);
 
+// The untimed definitions of format version 2 (docs/trace_format.md, "Frames and stacks").
+void encode_frame_record(std::uint32_t id, const FrameRecord& frame, std::string& out);
+void encode_stack_record(std::uint32_t id, const std::uint32_t* frames, std::size_t count,
+                         std::uint32_t site, std::string& out);
+
 enum class DecodeStatus { Ok, UnknownKind, Malformed };
+
+// What a frame or stack record defines (filled by decode_record when asked for).
+struct Definition {
+  FrameRecord frame;                  // Frame records
+  std::uint32_t site = 0;             // Stack records: index of the site in frames
+  std::vector<std::uint32_t> frames;  // Stack records: frame ids, innermost first
+};
 
 // Record kinds 1-63 other than String (11) and Metadata (12) carry a time delta as their first
 // field; kinds 64-255 carry none. Readers rely on this to skip kinds they do not know.
 //
-// Decodes the record at *pos of a chunk payload and advances *pos past it. UnknownKind records
-// (from a newer writer) are skipped whole; Malformed means the payload is inconsistent.
+// Decodes the record at *pos of a chunk payload and advances *pos past it, as format `version`
+// lays it out (version 1 has no frame or stack kinds, and no stack id in alloc records: there
+// they are unknown kinds and ignored trailing bytes). UnknownKind records (from a newer writer)
+// are skipped whole; Malformed means the payload is inconsistent. A frame or stack record's
+// content goes to *definition when it is not null.
 DecodeStatus decode_record(std::string_view payload, std::size_t* pos, CodecClock& clock,
-                           Event* out);
+                           Event* out, std::uint32_t version = trace_format::kVersion,
+                           Definition* definition = nullptr);
 
 }  // namespace ridgescope::detail

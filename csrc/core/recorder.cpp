@@ -100,6 +100,81 @@ std::uint32_t Recorder::intern(std::string_view text) noexcept {
   }
 }
 
+std::uint32_t Recorder::intern_frame(const FrameText& f) noexcept {
+  FrameRecord r;
+  r.kind = f.kind;
+  r.line = f.line;
+  r.file_id = intern(f.file);
+  r.function_id = intern(f.function);
+  r.module_id = intern(f.module);
+  return intern_frame(r);
+}
+
+std::uint32_t Recorder::intern_frame(const FrameRecord& r) noexcept {
+  std::unique_lock<std::mutex> lock(mutex_);
+  try {
+    std::string key;
+    detail::put_varint(key, static_cast<std::uint64_t>(r.kind));
+    detail::put_varint(key, r.file_id);
+    detail::put_varint(key, r.line);
+    detail::put_varint(key, r.function_id);
+    detail::put_varint(key, r.module_id);
+    auto it = frames_.find(key);
+    if (it != frames_.end()) return it->second;
+    const auto id = static_cast<std::uint32_t>(frames_.size() + 1);
+    frames_.emplace(std::move(key), id);
+    std::string record;
+    detail::encode_frame_record(id, r, record);
+    append_definition_locked(record);
+    wait_for_room(lock);
+    return id;
+  } catch (...) {
+    fail_locked("out of memory while interning a frame");
+    return 0;
+  }
+}
+
+std::uint32_t Recorder::intern_stack(const std::uint32_t* frames, std::size_t count,
+                                     std::uint32_t site) noexcept {
+  if (count == 0) return 0;
+  if (count > kMaxStackFrames) count = kMaxStackFrames;  // the innermost frames come first
+  if (site > count) site = static_cast<std::uint32_t>(count);
+  std::unique_lock<std::mutex> lock(mutex_);
+  try {
+    std::string key;
+    detail::put_varint(key, site);
+    for (std::size_t i = 0; i < count; ++i) detail::put_varint(key, frames[i]);
+    auto it = stacks_.find(key);
+    if (it != stacks_.end()) return it->second;
+    const auto id = static_cast<std::uint32_t>(stacks_.size() + 1);
+    stacks_.emplace(std::move(key), id);
+    std::string record;
+    detail::encode_stack_record(id, frames, count, site, record);
+    append_definition_locked(record);
+    wait_for_room(lock);
+    return id;
+  } catch (...) {
+    fail_locked("out of memory while interning a stack");
+    return 0;
+  }
+}
+
+// An encoded frame or stack record (untimed), appended like any other record.
+void Recorder::append_definition_locked(const std::string& record) {
+  if (failed_ || closed_ || closing_) {
+    ++stats_.dropped_events;
+    return;
+  }
+  if (current_.size() + record.size() > trace_format::kMaxChunkBytes) hand_off_locked();
+  if (current_.empty()) current_started_ns_ = monotonic_now_ns();
+  current_.append(record);
+  ++current_records_;
+  ++stats_.events;
+  if (current_.size() >= options_.chunk_bytes) hand_off_locked();
+  const std::uint64_t held = queued_bytes_ + current_.capacity();
+  if (held > stats_.buffer_bytes_peak) stats_.buffer_bytes_peak = held;
+}
+
 void Recorder::metadata(std::string_view key, std::string_view json) noexcept {
   const std::uint32_t key_id = intern(key);
   std::unique_lock<std::mutex> lock(mutex_);

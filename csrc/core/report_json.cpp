@@ -115,6 +115,93 @@ void write_timeline(JsonWriter& w, const Timeline& t) {
   w.end_object();
 }
 
+// --- Allocation sites (docs/sites.md) ---------------------------------------------------------
+void write_verdict(JsonWriter& w, const Verdict& v) {
+  w.key("verdict").begin_object();
+  w.field("kind", v.kind).field("summary", v.summary);
+  w.field("dominant_category", category_name(v.dominant));
+  w.key("evidence").begin_array();
+  for (const auto& x : v.evidence) w.value(x);
+  w.end_array();
+  w.key("remedies").begin_array();
+  for (const auto& x : v.remedies) w.begin_object().field("action", x.action).field("trade_off", x.trade_off).end_object();
+  w.end_array();
+  w.end_object();
+}
+
+void write_frame_index(JsonWriter& w, std::string_view key, std::int64_t index) {
+  w.key(key);
+  if (index < 0) w.null(); else w.value(static_cast<std::uint64_t>(index));
+}
+
+// The peak by site (per category) and by stack.
+void write_peak_sites(JsonWriter& w, const PeakInfo& p) {
+  w.key("by_site").begin_array();
+  for (const SiteBytes& s : p.by_site) {
+    w.begin_object();
+    w.field("site", s.site);
+    write_frame_index(w, "frame", s.frame);
+    w.field("category", category_name(s.category)).field("bytes", s.bytes).field("blocks", s.blocks);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("stacks").begin_array();
+  for (const StackBytes& s : p.stacks) {
+    w.begin_object();
+    w.key("frames").begin_array();
+    for (auto f : s.frames) w.value(static_cast<std::uint64_t>(f));
+    w.end_array();
+    write_frame_index(w, "site", s.site);
+    w.field("bytes", s.bytes).field("blocks", s.blocks);
+    w.key("by_category").begin_object();  // only the categories present
+    for (std::size_t i = 0; i < kCategoryCount; ++i) {
+      if (s.by_category[i] != 0) w.field(category_name(static_cast<Category>(i)), s.by_category[i]);
+    }
+    w.end_object();
+    w.end_object();
+  }
+  w.end_array();
+  w.field("stacks_merged", p.stacks_merged);
+}
+
+void write_frames(JsonWriter& w, const std::vector<ReportFrame>& frames) {
+  w.key("frames").begin_array();
+  for (const ReportFrame& f : frames) {
+    w.begin_object();
+    w.field("kind", frame_kind_name(f.kind)).field("file", f.file).field("line", f.line);
+    w.field("function", f.function).field("module", f.module);
+    w.end_object();
+  }
+  w.end_array();
+}
+
+void write_retained(JsonWriter& w, const std::optional<RetainedGrowth>& r) {
+  w.key("retained");
+  if (!r) {
+    w.null();
+    return;
+  }
+  w.begin_object();
+  w.field("since_step", r->since_step).field("last_step", r->last_step);
+  w.field("growth_steps", r->growth_steps).field("growth_per_step_bytes", r->growth_per_step_bytes);
+  w.field("growth_constant", r->growth_constant);
+  w.field("min_growth_bytes", r->min_growth_bytes).field("max_growth_bytes", r->max_growth_bytes);
+  w.field("bytes", r->bytes).field("blocks", r->blocks);
+  w.key("sites").begin_array();
+  for (const RetainedSite& s : r->sites) {
+    w.begin_object();
+    w.field("site", s.site);
+    write_frame_index(w, "frame", s.frame);
+    w.field("category", category_name(s.category));
+    w.field("growth_per_step_bytes", s.growth_per_step_bytes).field("bytes", s.bytes).field("blocks", s.blocks);
+    w.end_object();
+  }
+  w.end_array();
+  write_frame_index(w, "latest", r->latest);
+  write_verdict(w, r->verdict);
+  w.end_object();
+}
+
 }  // namespace
 
 std::string device_name(Device device) {
@@ -163,6 +250,8 @@ std::string report_to_json(const Report& r) {
     w.field("phase_allocated", b.phase_allocated).field("module", b.module);
     w.field("step_allocated", b.step_allocated);
     w.field("address", b.address);
+    w.field("site", b.site);
+    write_frame_index(w, "site_frame", b.site_frame);
     w.end_object();
   }
   w.end_array();
@@ -175,6 +264,7 @@ std::string report_to_json(const Report& r) {
     w.end_object();
   }
   w.end_array();
+  write_peak_sites(w, p);
   w.end_object();
 
   w.key("steps").begin_array();
@@ -222,6 +312,9 @@ std::string report_to_json(const Report& r) {
     w.end_object();
   }
   w.end_array();
+
+  write_frames(w, r.frames);
+  write_retained(w, r.retained);
 
   w.key("consistency").begin_object();
   w.field("samples", r.consistency.samples).field("mismatches", r.consistency.mismatches);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "peak_sites.h"
 #include "pickle_writer.h"
 #include "ridgescope/analysis.h"
 #include "ridgescope/snapshot.h"
@@ -65,6 +66,7 @@ struct LiveInfo {
   Category category = Category::Unknown;
   bool inferred = false;
   std::string label, phase, module;
+  std::uint32_t stack_id = 0;  // where it was made (the trace's stack), 0: none
 };
 
 struct Annotation {
@@ -87,10 +89,45 @@ struct SegmentOut {
 
 int export_index(Device d) { return d.type == DeviceType::CPU ? 0 : d.index; }
 
-// What the allocation looked like, as one pseudo stack frame: memory_viz shows an entry's
-// frames when it is selected, and ridgescope records no Python stacks.
-void write_pseudo_frames(PickleWriter& w, const LiveInfo& b) {
-  w.begin_list().begin_dict();
+// One recorded frame as torch writes it ({filename, line, name}); frames ridgescope makes up
+// (autograd nodes, markers) get a file name in angle brackets, as Python's own pseudo files.
+void write_frame(PickleWriter& w, const TraceReader& reader, std::uint32_t id) {
+  const FrameRecord f = reader.frame(id);
+  const std::string_view function = reader.string(f.function_id);
+  w.begin_dict();
+  switch (f.kind) {
+    case FrameKind::Python:
+    case FrameKind::Native:
+      w.key("filename").str(reader.string(f.file_id));
+      w.key("line").unsigned_integer(f.line);
+      w.key("name").str(function);
+      break;
+    case FrameKind::Autograd: {
+      const std::string_view module = reader.string(f.module_id);
+      w.key("filename").str("<autograd>");
+      w.key("line").integer(0);
+      w.key("name").str(module.empty() ? std::string(function) : std::string(function) + " of " + std::string(module));
+      break;
+    }
+    case FrameKind::Untracked:
+      w.key("filename").str("<ridgescope>");
+      w.key("line").integer(0);
+      w.key("name").str(function);
+      break;
+  }
+  w.end_dict();
+}
+
+// Where and what the allocation was: the recorded stack (innermost first, as torch writes
+// frames), then one pseudo frame with ridgescope's category, label, phase, step and module, so
+// memory_viz shows both when an entry is selected.
+void write_pseudo_frames(PickleWriter& w, const TraceReader& reader, const LiveInfo& b) {
+  w.begin_list();
+  const StackView stack = reader.stack(b.stack_id);
+  for (std::uint32_t i = 0; i < stack.size; ++i) {
+    if (stack.frames[i] != 0) write_frame(w, reader, stack.frames[i]);
+  }
+  w.begin_dict();
   w.key("filename").str("ridgescope");
   w.key("line").integer(0);
   std::string name(category_name(b.category));
@@ -103,13 +140,19 @@ void write_pseudo_frames(PickleWriter& w, const LiveInfo& b) {
   w.end_dict().end_list();
 }
 
-void write_user_metadata(PickleWriter& w, const LiveInfo& b) {
+void write_user_metadata(PickleWriter& w, const TraceReader& reader, const LiveInfo& b) {
   w.key("user_metadata").begin_dict();
   w.key("phase").str(b.phase);
   w.key("label").str(b.label);
   w.key("module").str(b.module);
   w.key("step").unsigned_integer(b.step);
   w.key("category_inferred").boolean(b.inferred);
+  if (const std::uint32_t site = reader.stack(b.stack_id).site_frame(); site != 0) {
+    const FrameRecord f = reader.frame(site);
+    ReportFrame r{f.kind, std::string(reader.string(f.file_id)), f.line, std::string(reader.string(f.function_id)),
+                  std::string(reader.string(f.module_id))};
+    w.key("site").str(detail::format_site(r));
+  }
   w.end_dict();
 }
 
@@ -228,8 +271,8 @@ class DevicePass {
   void write_block_entry(std::string_view action, std::uint64_t addr, const LiveInfo& b, std::uint64_t stream) {
     begin_entry(action, addr, b.requested, stream);
     w_.key("frames");
-    write_pseudo_frames(w_, b);
-    write_user_metadata(w_, b);
+    write_pseudo_frames(w_, reader_, b);
+    write_user_metadata(w_, reader_, b);
     if (action == "alloc") w_.key("block_size").unsigned_integer(b.bytes);
     end_entry(b.category);
   }
@@ -250,6 +293,7 @@ class DevicePass {
     b.step = step_;
     b.phase = current_phase();
     b.module = std::string(reader_.string(e.string_id));
+    b.stack_id = e.stack_id;
     if (ordinal < attribution_.size()) {
       const BlockAttribution& a = attribution_[ordinal];
       b.category = a.category;
@@ -292,8 +336,8 @@ class DevicePass {
     if (e.string_id != 0) b.label = label;
     begin_entry("annotate", e.addr, b.requested, e.stream);
     w_.key("frames");
-    write_pseudo_frames(w_, b);
-    write_user_metadata(w_, b);
+    write_pseudo_frames(w_, reader_, b);
+    write_user_metadata(w_, reader_, b);
     end_entry(b.category);
   }
 
@@ -373,7 +417,7 @@ class DevicePass {
   std::map<std::string, std::string> metadata_;
 };
 
-void write_segment(PickleWriter& w, const SegmentOut& s) {
+void write_segment(PickleWriter& w, const TraceReader& reader, const SegmentOut& s) {
   std::uint64_t allocated = 0, requested = 0;
   for (const auto& b : s.blocks) {
     if (b.live == nullptr) continue;
@@ -401,7 +445,7 @@ void write_segment(PickleWriter& w, const SegmentOut& s) {
     w.key("state").str(b.live != nullptr ? "active_allocated" : "inactive");
     w.key("frames");
     if (b.live != nullptr) {
-      write_pseudo_frames(w, *b.live);
+      write_pseudo_frames(w, reader, *b.live);
       w.key("category").str(category_name(b.live->category));
     } else {
       w.begin_list().end_list();
@@ -467,7 +511,7 @@ SnapshotWriteStats write_snapshot(const std::string& trace_path, const std::stri
 
   w.key("segments").begin_list();
   for (const SegmentOut& s : segments) {
-    write_segment(w, s);
+    write_segment(w, reader, s);
     out.drain(w, false);
   }
   w.end_list();

@@ -36,16 +36,19 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
                      got);
   }
   version_ = detail::get_u32(header + 8);
-  if (version_ == 0 || version_ > trace_format::kVersion) {
+  if (version_ < trace_format::kMinVersion || version_ > trace_format::kVersion) {
     std::fclose(file_);
     file_ = nullptr;
     throw TraceError("'" + path + "' has trace format version " + std::to_string(version_) +
-                         "; this ridgescope reads versions 1 to " +
+                         "; this ridgescope reads versions " +
+                         std::to_string(trace_format::kMinVersion) + " to " +
                          std::to_string(trace_format::kVersion) + " (byte offset 8)",
                      8);
   }
   offset_ = trace_format::kFileHeaderBytes;
   strings_.emplace_back();  // id 0: the empty string
+  frames_.emplace_back();
+  stacks_.emplace_back();
 }
 
 TraceReader::~TraceReader() {
@@ -123,7 +126,8 @@ bool TraceReader::next(Event& out) {
     const std::size_t record_start = pos_;
     detail::CodecClock clock{last_time_ns_};
     Event e;
-    const auto status = detail::decode_record(chunk_, &pos_, clock, &e);
+    detail::Definition definition;
+    const auto status = detail::decode_record(chunk_, &pos_, clock, &e, version_, &definition);
     --chunk_records_left_;
     if (status == detail::DecodeStatus::Malformed) {
       stop(chunk_offset_ + record_start,
@@ -136,8 +140,13 @@ bool TraceReader::next(Event& out) {
       ++skipped_records_;
       continue;
     }
-    if (e.kind == EventKind::String || e.kind == EventKind::Metadata) {
+    if (e.kind == EventKind::String || e.kind == EventKind::Metadata || e.kind == EventKind::Frame ||
+        e.kind == EventKind::Stack) {
       e.time_ns = last_time_ns_;  // untimed records happen "now"
+    }
+    if ((e.kind == EventKind::Frame || e.kind == EventKind::Stack) && 
+        !define(e, record_start, definition.frame, definition.site, definition.frames)) {
+      return false;
     }
     if (e.kind == EventKind::String && e.string_id != 0) {  // id 0 is always ""
       if (e.string_id >= strings_.size()) {
@@ -171,6 +180,48 @@ void TraceReader::rewind() {
   truncated_ = false;
   truncated_at_ = 0;
   problem_.clear();
+}
+
+namespace {
+// Ids are dense in a well-formed trace; a table grows by at most this much past its size, so a
+// hostile file cannot make it allocate without bound.
+template <class Table>
+bool fits(const Table& table, std::uint32_t id) {
+  return id <= table.size() + 1'000'000 && id <= kMaxStrings;
+}
+}  // namespace
+
+bool TraceReader::define(const Event& e, std::size_t record_start, const FrameRecord& frame_record,
+                         std::uint32_t site, const std::vector<std::uint32_t>& frames) {
+  const std::uint32_t id = e.string_id;
+  if (id == 0) return true;  // id 0 is always "none"
+  const bool frame = e.kind == EventKind::Frame;
+  if (!(frame ? fits(frames_, id) : fits(stacks_, id))) {
+    stop(chunk_offset_ + record_start, std::string("corrupt trace: ") + (frame ? "frame" : "stack") +
+                                           " id out of range at byte offset " +
+                                           std::to_string(chunk_offset_ + record_start));
+    return false;
+  }
+  if (frame) {
+    if (id >= frames_.size()) frames_.resize(id + 1);
+    frames_[id] = frame_record;
+    return true;
+  }
+  if (id >= stacks_.size()) stacks_.resize(id + 1);
+  if (stacks_[id].size != 0) return true;  // read before (a second pass): the first definition stays
+  stacks_[id] = StackEntry{stack_frames_.size(), static_cast<std::uint32_t>(frames.size()), site};
+  stack_frames_.insert(stack_frames_.end(), frames.begin(), frames.end());
+  return true;
+}
+
+FrameRecord TraceReader::frame(std::uint32_t id) const noexcept {
+  return id < frames_.size() ? frames_[id] : FrameRecord{};
+}
+
+StackView TraceReader::stack(std::uint32_t id) const noexcept {
+  if (id == 0 || id >= stacks_.size()) return StackView{};
+  const StackEntry& s = stacks_[id];
+  return StackView{stack_frames_.data() + s.offset, s.size, s.site};
 }
 
 std::string_view TraceReader::string(std::uint32_t id) const noexcept {

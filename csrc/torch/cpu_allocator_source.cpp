@@ -26,6 +26,7 @@ struct Entry {
 std::mutex g_mutex;
 absl::flat_hash_map<void*, Entry>* g_blocks = nullptr;  // leaked: blocks outlive sessions
 Recorder* g_recorder = nullptr;
+SiteCapture* g_sites = nullptr;  // where allocations are made (may be null)
 std::uint32_t g_generation = 0;
 std::uint64_t g_live_bytes = 0;
 // Simulated device capacity in bytes (0: none). Atomic because allocate() reads it before
@@ -41,7 +42,7 @@ thread_local bool t_in_source = false;
 
 const Device kCpu{DeviceType::CPU, -1};
 
-void record_locked(EventKind kind, void* ptr, std::uint64_t bytes) noexcept {
+void record_locked(EventKind kind, void* ptr, std::uint64_t bytes, std::uint32_t stack = 0) noexcept {
   if (g_recorder == nullptr) return;
   Event e;
   e.kind = kind;
@@ -49,9 +50,15 @@ void record_locked(EventKind kind, void* ptr, std::uint64_t bytes) noexcept {
   e.addr = reinterpret_cast<std::uint64_t>(ptr);
   e.bytes = bytes;
   e.requested_bytes = kind == EventKind::Alloc ? bytes : 0;
-  if (kind == EventKind::Alloc) e.string_id = current_module_context();
+  if (kind == EventKind::Alloc) {
+    e.string_id = current_module_context();
+    e.stack_id = stack;
+  }
   g_recorder->record(e);
 }
+
+// The stack of a storage adopted at session start (it existed before tracking).
+std::uint32_t pre_existing_locked() noexcept { return g_sites != nullptr ? g_sites->pre_existing() : 0; }
 
 void tracked_delete(void* ptr) {
   c10::DeleterFnPtr inner = &c10::free_cpu;
@@ -92,7 +99,9 @@ class TrackingCpuAllocator final : public c10::Allocator {
       if (dp.compare_exchange_deleter(dp.get_deleter(), &tracked_delete)) {
         if (generation != 0) {
           g_live_bytes += n;
-          record_locked(EventKind::Alloc, ptr, n);
+          // Where it is being made: read on this thread (no GIL; site_capture.h), under this
+          // source's lock, which session stop also takes, so the capture never outlives it.
+          record_locked(EventKind::Alloc, ptr, n, g_sites != nullptr ? g_sites->capture() : 0);
         }
       } else {
         g_blocks->erase(ptr);
@@ -150,7 +159,7 @@ std::uint8_t g_priority = 0;
 
 }  // namespace
 
-bool install_cpu_allocator_source(Recorder* recorder, std::uint64_t capacity_bytes) {
+bool install_cpu_allocator_source(Recorder* recorder, std::uint64_t capacity_bytes, SiteCapture* sites) {
   TrackingCpuAllocator& tracking = tracking_allocator();
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -159,6 +168,7 @@ bool install_cpu_allocator_source(Recorder* recorder, std::uint64_t capacity_byt
     if (g_foreign == nullptr) g_foreign = new absl::flat_hash_set<void*>();
     g_foreign->clear();
     g_recorder = recorder;
+    g_sites = sites;
     ++g_generation;
     g_live_bytes = 0;
     g_capacity = capacity_bytes;
@@ -186,6 +196,7 @@ void uninstall_cpu_allocator_source() {
   }
   std::lock_guard<std::mutex> lock(g_mutex);
   g_recorder = nullptr;
+  g_sites = nullptr;
   g_live_bytes = 0;
   g_capacity = 0;
 }
@@ -202,7 +213,7 @@ std::uint64_t register_cpu_storage(c10::StorageImpl* storage) {
     if (it->second.generation == g_generation) return 0;  // already counted in this session
     it->second.generation = g_generation;
     g_live_bytes += it->second.bytes;
-    record_locked(EventKind::Alloc, ptr, it->second.bytes);
+    record_locked(EventKind::Alloc, ptr, it->second.bytes, pre_existing_locked());
     return it->second.bytes;
   }
   const std::uint64_t bytes = storage->nbytes();
@@ -214,14 +225,14 @@ std::uint64_t register_cpu_storage(c10::StorageImpl* storage) {
       return 0;
     }
     g_live_bytes += bytes;
-    record_locked(EventKind::Alloc, ptr, bytes);
+    record_locked(EventKind::Alloc, ptr, bytes, pre_existing_locked());
     return bytes;
   }
   // A storage with a context of its own (memory-mapped, shared, from_blob): counted from now
   // on, but its free cannot be observed.
   if (!g_foreign->insert(ptr).second) return 0;
   g_live_bytes += bytes;
-  record_locked(EventKind::Alloc, ptr, bytes);
+  record_locked(EventKind::Alloc, ptr, bytes, pre_existing_locked());
   return bytes;
 }
 

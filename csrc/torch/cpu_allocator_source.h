@@ -19,6 +19,7 @@
 #include <c10/core/StorageImpl.h>
 
 #include "ridgescope/recorder.h"
+#include "site_capture.h"
 
 namespace ridgescope::sources {
 
@@ -26,8 +27,10 @@ namespace ridgescope::sources {
 // session is already installed. A non-zero `capacity_bytes` simulates a device of that size:
 // an allocation that would take the session's live bytes past it records an `oom` event,
 // flushes the trace and throws c10::OutOfMemoryError (torch.OutOfMemoryError in Python), as a
-// real device would (tests and teaching).
-bool install_cpu_allocator_source(Recorder* recorder, std::uint64_t capacity_bytes = 0);
+// real device would (tests and teaching). `sites` (not owned; may be null) gives every
+// allocation its stack (site_capture.h) and adopted storages the pre-existing one.
+bool install_cpu_allocator_source(Recorder* recorder, std::uint64_t capacity_bytes = 0,
+                                  SiteCapture* sites = nullptr);
 
 // Stops reporting and restores the previous CPU allocator.
 void uninstall_cpu_allocator_source();

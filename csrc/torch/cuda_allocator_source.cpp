@@ -44,6 +44,7 @@ std::atomic<bool> g_polling{false};  // unsupported backend: statistics sampled 
 // may call into torch's allocator while holding it (lock order: allocator, then g_mutex).
 std::mutex g_mutex;
 Recorder* g_recorder = nullptr;
+SiteCapture* g_sites = nullptr;  // where allocations are made (may be null)
 // Leaked on purpose, like the CPU source's table: torch may free CUDA memory (and call the
 // trampoline) during static destruction, after our own statics would have been destroyed.
 CudaTraceTranslator* g_translator = nullptr;
@@ -136,10 +137,16 @@ void on_trace_entry(const TorchTraceEntry& te) noexcept {
       g_translator->translate(entry, g_events);
       if (entry.action == CudaTraceAction::Alloc) {
         // An alloc entry comes on the allocating thread: stamp the module running there, as the
-        // CPU source does (a thread-local read), so untagged CUDA blocks carry it too.
+        // CPU source does (a thread-local read), so untagged CUDA blocks carry it too, and
+        // where it is being made (site_capture.h: this thread's own Python frames or autograd
+        // node; no GIL, no torch call).
         const std::uint32_t context = current_module_context();
+        const std::uint32_t stack = g_sites != nullptr ? g_sites->capture() : 0;
         for (Event& e : *g_events) {
-          if (e.kind == EventKind::Alloc) e.string_id = context;
+          if (e.kind == EventKind::Alloc) {
+            e.string_id = context;
+            e.stack_id = stack;
+          }
         }
       }
       record_all_locked();
@@ -241,7 +248,7 @@ std::string settings_json(const CudaRoundingRules& rules) {
   return w.take();
 }
 
-std::string start_impl(Recorder* recorder, int* attempts, std::string* settings) {
+std::string start_impl(Recorder* recorder, SiteCapture* sites, int* attempts, std::string* settings) {
   if (c10::cuda::device_count() <= 0) return "no CUDA device is visible";
   init_cuda(at::globalContext());
   g_devices = c10::cuda::device_count();
@@ -291,6 +298,12 @@ std::string start_impl(Recorder* recorder, int* attempts, std::string* settings)
       }
     }
     g_recorder = recorder;
+    g_sites = sites;
+    if (sites != nullptr) {  // the blocks adopted from the snapshot existed before tracking
+      for (Event& e : *g_events) {
+        if (e.kind == EventKind::Alloc) e.stack_id = sites->pre_existing();
+      }
+    }
     record_all_locked();
     g_events->clear();
     g_mode = kLive;
@@ -310,19 +323,20 @@ bool cuda_source_compiled() noexcept {
 #endif
 }
 
-std::string start_cuda_allocator_source(Recorder* recorder) noexcept {
+std::string start_cuda_allocator_source(Recorder* recorder, SiteCapture* sites) noexcept {
   std::string reason;
   int attempts = 0;
   std::string settings;
 #ifdef RIDGESCOPE_WITH_CUDA
   try {
-    reason = start_impl(recorder, &attempts, &settings);
+    reason = start_impl(recorder, sites, &attempts, &settings);
   } catch (const std::exception& ex) {
     reason = std::string("the CUDA source failed to start: ") + ex.what();
   } catch (...) {
     reason = "the CUDA source failed to start";
   }
 #else
+  (void)sites;
   reason = "ridgescope was built without CUDA support (torch without CUDA at build time)";
 #endif
   try {
@@ -355,6 +369,7 @@ void stop_cuda_allocator_source() noexcept {
   g_polling = false;
   if (g_recorder != nullptr && !stats.empty()) g_recorder->metadata("cuda_source_stats", stats);
   g_recorder = nullptr;
+  g_sites = nullptr;
   // The translator is kept until the next start: its counters stay readable.
 }
 

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "ridgescope/recorder.h"
+#include "site_capture.h"
 
 namespace ridgescope::sources {
 
@@ -44,8 +45,10 @@ bool cuda_source_compiled() noexcept;
 // device, not compiled in, the cudaMallocAsync backend, a tracker torch refused); the reason is
 // also written as `cuda_source` metadata. With an unsupported backend the allocator's
 // statistics are still sampled at phase boundaries (samples `cuda_allocated_bytes`,
-// `cuda_reserved_bytes`). Throws nothing.
-std::string start_cuda_allocator_source(Recorder* recorder) noexcept;
+// `cuda_reserved_bytes`). `sites` (not owned, may be null; must outlive stop) gives every
+// alloc entry its stack, read on the allocating thread under the allocator's lock
+// (site_capture.h), and the blocks adopted at start the pre-existing one. Throws nothing.
+std::string start_cuda_allocator_source(Recorder* recorder, SiteCapture* sites = nullptr) noexcept;
 
 // Stops translating (the trampoline stays attached, disabled) and writes the source's counters
 // as `cuda_source_stats` metadata.

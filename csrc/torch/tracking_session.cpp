@@ -30,12 +30,13 @@ bool storage_block(const at::Tensor& tensor, Device* device, std::uint64_t* addr
 
 }  // namespace
 
-TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity_bytes)
-    : recorder_(path) {
+TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity_bytes, StackMode stacks)
+    : recorder_(path), sites_(std::make_unique<SiteCapture>(&recorder_, stacks)) {
+  recorder_.metadata("sites", sites_->describe());
   sample_name_id_ = recorder_.intern("allocator_live_bytes");
   reserved_sample_id_ = recorder_.intern("allocator_reserved_bytes");
   outside_label_id_ = recorder_.intern("activation saved outside the model (loss or functional code)");
-  if (!install_cpu_allocator_source(&recorder_, capacity_bytes)) {
+  if (!install_cpu_allocator_source(&recorder_, capacity_bytes, sites_.get())) {
     recorder_.close();
     throw std::runtime_error(
         "ridgescope: a tracking session is already running in this process; sessions do not "
@@ -122,7 +123,7 @@ void TrackingSession::sample_allocator_unchecked() noexcept {
 std::string TrackingSession::start_cuda() noexcept {
   if (!active_) return "the session is stopped";
   if (cuda_started_) return "";
-  std::string why_not = start_cuda_allocator_source(&recorder_);
+  std::string why_not = start_cuda_allocator_source(&recorder_, sites_.get());
   // Started also when only polling (an unsupported backend): stop() must switch it off.
   cuda_started_ = true;
   check_recorder();
@@ -174,7 +175,7 @@ void TrackingSession::watch_parameters(std::vector<at::Tensor> parameters,
     gradient_label_ids.resize(parameters.size(), 0);
     watched_ = std::move(parameters);
     watched_labels_ = std::move(gradient_label_ids);
-    watched_grad_blocks_.assign(watched_.size(), nullptr);
+    watched_grad_storages_.assign(watched_.size(), c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>()));
   } catch (...) {
     degrade("out of memory while watching parameters");
   }
@@ -187,9 +188,10 @@ std::size_t TrackingSession::tag_gradients() noexcept {
   for (std::size_t i = 0; i < watched_.size(); ++i) {
     const at::Tensor& grad = watched_[i].grad();
     if (!grad.defined() || !grad.has_storage()) continue;
-    const void* block = grad.storage().data_ptr().get();
-    if (block == nullptr || block == watched_grad_blocks_[i]) continue;
-    watched_grad_blocks_[i] = block;
+    if (grad.storage().data_ptr().get() == nullptr) continue;
+    c10::StorageImpl* storage = grad.storage().unsafeGetStorageImpl();
+    if (watched_grad_storages_[i].lock().get() == storage) continue;  // tagged, still alive
+    watched_grad_storages_[i] = grad.storage().getWeakStorageImpl();
     tag_tensor(grad, Category::Gradient, watched_labels_[i], /*weak=*/false);
     ++tagged;
   }
@@ -206,9 +208,14 @@ const at::Tensor& TrackingSession::on_saved_tensor(const at::Tensor& tensor) noe
 void TrackingSession::enter_module(std::uint32_t activation_label_id,
                                    std::uint32_t context_id) noexcept {
   push_module(ModuleFrame{activation_label_id, context_id});
+  // The autograd nodes this call creates belong to this module (their backward sites).
+  if (sites_->mode() != StackMode::Off) sites_->modules().enter(context_id);
 }
 
-void TrackingSession::exit_module() noexcept { pop_module(); }
+void TrackingSession::exit_module() noexcept {
+  pop_module();
+  if (sites_->mode() != StackMode::Off) sites_->modules().exit();
+}
 
 void TrackingSession::degrade(const std::string& reason) noexcept {
   {

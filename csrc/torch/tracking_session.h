@@ -23,6 +23,7 @@
 
 #include "ridgescope/category.h"
 #include "ridgescope/recorder.h"
+#include "site_capture.h"
 
 namespace ridgescope::sources {
 
@@ -33,7 +34,9 @@ class TrackingSession {
   // Creates the trace, installs the CPU allocator source. Throws std::runtime_error when a
   // session is already running or the path cannot be written.
   // capacity_bytes: a simulated CPU device capacity (0: none); see cpu_allocator_source.h.
-  explicit TrackingSession(const std::string& path, std::uint64_t capacity_bytes = 0);
+  // stacks: what each allocation's site holds (site_capture.h; default the site alone).
+  explicit TrackingSession(const std::string& path, std::uint64_t capacity_bytes = 0,
+                           StackMode stacks = StackMode::Site);
   ~TrackingSession();
   TrackingSession(const TrackingSession&) = delete;
   TrackingSession& operator=(const TrackingSession&) = delete;
@@ -93,6 +96,7 @@ class TrackingSession {
   std::string error() const;
 
   const std::string& path() const noexcept { return recorder_.path(); }
+  StackMode stacks() const noexcept { return sites_->mode(); }
   RecorderStats stats() const { return recorder_.stats(); }
 
   // Testing aids: make the next tag throw inside the session as an internal bug would
@@ -105,6 +109,7 @@ class TrackingSession {
   void sample_allocator_unchecked() noexcept;
 
   Recorder recorder_;
+  std::unique_ptr<SiteCapture> sites_;  // used by the sources until they are stopped
   std::atomic<bool> active_{false};
   std::atomic<bool> degraded_{false};
   std::atomic<bool> fault_tag_{false};
@@ -114,7 +119,9 @@ class TrackingSession {
   std::mutex watch_mutex_;
   std::vector<at::Tensor> watched_;
   std::vector<std::uint32_t> watched_labels_;
-  std::vector<const void*> watched_grad_blocks_;  // block last tagged per parameter
+  // The gradient storage last tagged per parameter, held weakly: a gradient freed by
+  // zero_grad(set_to_none=True) and made anew at the same address is a new block to tag.
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> watched_grad_storages_;
   std::uint32_t sample_name_id_ = 0;
   std::uint32_t reserved_sample_id_ = 0;
   std::atomic<bool> cuda_started_{false};

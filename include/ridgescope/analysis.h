@@ -24,6 +24,8 @@ namespace ridgescope {
 struct AnalysisOptions {
   std::size_t top_blocks = 20;     // blocks listed at the peak
   std::size_t top_labels = 30;     // labels listed at the peak
+  std::size_t top_sites = 30;      // (site, category) rows listed at the peak
+  std::size_t max_stacks = 2000;   // stacks listed at the peak; smaller ones are merged
   std::size_t timeline_columns = 2000;  // at most this many Report::timeline columns (>= 1)
   std::optional<Device> device;    // default: the device with the highest peak
   // Also report the cache's free space at this instant (nanoseconds since the session

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ridgescope/category.h"
@@ -65,7 +66,7 @@ struct Remedy {
 
 struct Verdict {
   // "fragmentation", "live_tensors", "non_pytorch", "lazy_optimizer_state", "transient_peak",
-  // "checkpoint_staging"
+  // "checkpoint_staging", "retained_tensors"
   std::string kind;
   std::string summary;                 // one plain-language sentence
   std::vector<std::string> evidence;   // the figures behind it
@@ -88,6 +89,29 @@ struct OomContext {
 };
 
 Verdict explain_oom(const OomContext& context);
+
+// What the analysis found growing across steps (retained tensors, docs/sites.md): bytes live at
+// every step end, more at each one of a window of steady-state steps, up to the last step.
+struct RetentionContext {
+  std::uint64_t since_step = 0;          // the first step end of the window
+  std::uint64_t growth_steps = 0;        // step ends in the window
+  std::uint64_t growth_per_step_bytes = 0;  // average growth per step end, all sites
+  std::uint64_t min_growth_bytes = 0, max_growth_bytes = 0;
+  bool growth_constant = false;          // every step end grew by exactly the average
+  std::uint64_t bytes = 0, blocks = 0;   // live at the growing sites at the last step end
+  std::uint64_t sites = 0;               // growing (site, category) pairs
+  std::string site;                      // the site made last in the final step, as text
+  std::string location;                  // its "file:line" when it is a code frame ("" if not)
+  std::string function;                  // its function ("" if none)
+  Category category = Category::Unknown;  // of that site
+  std::array<std::uint64_t, kCategoryCount> growth_by_category{};  // average per step end
+  std::vector<std::string> evidence_sites;  // the largest growing sites, as text
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> evidence_steps;  // (step, growth), last few
+};
+
+// Kind "retained_tensors": a tensor kept across steps (appended to a list, or a whole autograd
+// graph kept alive through a loss or an output), the line that made it, and the remedy.
+Verdict explain_retention(const RetentionContext& context);
 
 // The remedies that fit a category (docs/forensics.md lists them with their trade-offs).
 std::vector<Remedy> remedies_for(Category category);

@@ -28,6 +28,7 @@ struct LiveBlock {
   std::uint32_t label_id = 0;         // trace string id of the label (0: none)
   std::uint32_t alloc_phase_id = 0;   // trace string id of the innermost phase at alloc (0: idle)
   std::uint32_t context_id = 0;       // trace string id of the module running at alloc (0: none)
+  std::uint32_t stack_id = 0;         // trace stack id of where it was made (0: none)
   Category category = Category::Unknown;
 };
 

@@ -25,6 +25,7 @@
 #include <unordered_map>
 
 #include "ridgescope/event.h"
+#include "ridgescope/stack.h"
 
 namespace ridgescope {
 
@@ -69,6 +70,18 @@ class Recorder {
   // empty string and is never written.
   std::uint32_t intern(std::string_view text) noexcept;
 
+  // Returns the id of a frame (ridgescope/stack.h), writing its texts' String records and a
+  // Frame record the first time it is seen; 0 on failure. Ids are dense from 1.
+  std::uint32_t intern_frame(const FrameText& frame) noexcept;
+  // The same for a frame whose texts are interned already (string ids).
+  std::uint32_t intern_frame(const FrameRecord& frame) noexcept;
+
+  // Returns the id of a stack (frame ids innermost first, `site` the index of the site frame,
+  // or `count` for none), writing a Stack record the first time it is seen; 0 for an empty
+  // stack or on failure. A stack longer than kMaxStackFrames keeps its innermost frames.
+  std::uint32_t intern_stack(const std::uint32_t* frames, std::size_t count,
+                             std::uint32_t site) noexcept;
+
   // Writes a Metadata record: a key and a JSON text describing the run.
   void metadata(std::string_view key, std::string_view json) noexcept;
 
@@ -90,6 +103,7 @@ class Recorder {
 
  private:
   void append_locked(const Event& event);
+  void append_definition_locked(const std::string& record);
   void wait_for_room(std::unique_lock<std::mutex>& lock) noexcept;
   void hand_off_locked();
   void writer_loop();
@@ -118,6 +132,8 @@ class Recorder {
   RecorderStats stats_;
   std::uint64_t codec_time_ns_ = 0;  // time of the last encoded record (delta base)
   std::unordered_map<std::string, std::uint32_t> strings_;
+  std::unordered_map<std::string, std::uint32_t> frames_;  // encoded FrameRecord -> id
+  std::unordered_map<std::string, std::uint32_t> stacks_;  // encoded site and frames -> id
   std::thread writer_;
 };
 

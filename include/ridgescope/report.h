@@ -18,6 +18,7 @@
 #include "ridgescope/event.h"
 #include "ridgescope/forensics.h"
 #include "ridgescope/ledger.h"
+#include "ridgescope/stack.h"
 
 namespace ridgescope {
 
@@ -34,6 +35,62 @@ struct TopBlock {
   std::string module;            // module running at allocation ("" when none or unknown)
   std::uint64_t step_allocated = 0;
   std::uint64_t address = 0;
+  std::string site;              // where it was made (docs/sites.md); "" when none was recorded
+  std::int64_t site_frame = -1;  // index into Report::frames; -1 when none
+};
+
+// --- Allocation sites (docs/sites.md) --------------------------------------------------------
+// A frame the report refers to (the peak's sites and stacks, the retained-tensor verdict), once
+// each in Report::frames.
+struct ReportFrame {
+  FrameKind kind = FrameKind::Untracked;
+  std::string file;       // Python: the source file; native: the shared library
+  std::uint64_t line = 0;  // 1-based; 0 when none
+  std::string function;   // Python: the (qualified) function; autograd: the node; untracked: why
+  std::string module;     // autograd frames: the module whose forward made the node
+};
+
+// Bytes live at the peak that were made at one site, in one category.
+struct SiteBytes {
+  std::int64_t frame = -1;  // index into Report::frames; -1: no site recorded
+  std::string site;         // "train.py:10 in train", "MmBackward0 of layers.3.mlp.fc1"
+  Category category = Category::Unknown;
+  std::uint64_t bytes = 0;
+  std::uint64_t blocks = 0;
+};
+
+// Bytes live at the peak that were made by one stack. Together the stacks cover every block
+// live at the peak: their bytes sum to PeakInfo::bytes.
+struct StackBytes {
+  std::vector<std::uint32_t> frames;  // indices into Report::frames, innermost first ([]: none)
+  std::int64_t site = -1;             // position of the site in frames; -1 when none
+  std::uint64_t bytes = 0;
+  std::uint64_t blocks = 0;
+  CategoryBytes by_category{};
+};
+
+// Bytes that stay live from step to step and grow at every step end in the steady state: a
+// tensor kept across steps (docs/sites.md, "Retained tensors").
+struct RetainedSite {
+  std::int64_t frame = -1;          // index into Report::frames; -1: no site recorded
+  std::string site;
+  Category category = Category::Unknown;  // category at allocation
+  std::uint64_t growth_per_step_bytes = 0;  // average over the window (exact when constant)
+  std::uint64_t bytes = 0;          // live at the last step end
+  std::uint64_t blocks = 0;
+};
+
+struct RetainedGrowth {
+  std::uint64_t since_step = 0;     // the first step whose end shows the growth
+  std::uint64_t last_step = 0;      // the last complete step
+  std::uint64_t growth_steps = 0;   // step ends in the window, each with more bytes than the last
+  std::uint64_t growth_per_step_bytes = 0;  // total over the sites, average per step end
+  bool growth_constant = false;     // every step end of the window grew by exactly that much
+  std::uint64_t min_growth_bytes = 0, max_growth_bytes = 0;
+  std::uint64_t bytes = 0, blocks = 0;  // live at the growing sites at the last step end
+  std::vector<RetainedSite> sites;  // largest growth first
+  std::int64_t latest = -1;         // index into sites: the site made last in the final step
+  Verdict verdict;                  // kind "retained_tensors": why, and what to change
 };
 
 struct LabelBytes {
@@ -56,6 +113,9 @@ struct PeakInfo {
   std::vector<TopBlock> top_blocks;  // largest first
   FreeSpace free;                    // the cache's free space at the peak (empty on CPU)
   std::vector<LabelBytes> by_label;  // largest first
+  std::vector<SiteBytes> by_site;    // largest first (AnalysisOptions::top_sites)
+  std::vector<StackBytes> stacks;    // largest first; all of the peak (AnalysisOptions::max_stacks)
+  std::uint64_t stacks_merged = 0;   // stacks beyond max_stacks, merged into one entry without frames
 };
 
 struct PhaseStats {
@@ -295,6 +355,8 @@ struct Report {
   RecorderSummary recorder;
   DriverView driver_view;
   std::optional<SnapshotImport> snapshot;  // set when built from a torch memory snapshot
+  std::vector<ReportFrame> frames;         // frames the sites, stacks and verdicts refer to
+  std::optional<RetainedGrowth> retained;  // set when bytes kept across steps grow
 
   // The report as JSON (docs/report_schema.md), and written to a file (throws
   // std::runtime_error naming the path when it cannot be written).

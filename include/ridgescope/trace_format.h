@@ -14,7 +14,10 @@
 namespace ridgescope::trace_format {
 
 inline constexpr char kFileMagic[8] = {'R', 'I', 'D', 'G', 'E', 'S', 'C', 'P'};
-inline constexpr std::uint32_t kVersion = 1;           // bump on any incompatible change
+// Version 2 added allocation sites: the `frame` and `stack` records (kinds 64, 65) and the alloc
+// record's trailing stack id. Readers read every version from kMinVersion to kVersion.
+inline constexpr std::uint32_t kVersion = 2;           // bump on any incompatible change
+inline constexpr std::uint32_t kMinVersion = 1;
 inline constexpr std::uint32_t kFileHeaderBytes = 16;  // magic(8) version(4) flags(4)
 inline constexpr std::uint32_t kChunkMagic = 0x4B4E4843;  // "CHNK" little-endian
 inline constexpr std::uint32_t kChunkHeaderBytes = 16;  // magic(4) payload(4) records(4) crc(4)

@@ -1,5 +1,7 @@
 // ridgescope/trace_reader.h — streams the events of a .rstrace file, in order, in bounded
-// memory (one chunk at a time plus the string table).
+// memory (one chunk at a time plus the string, frame and stack tables). Reads every format
+// version from trace_format::kMinVersion to kVersion (a version-1 file has no frames or
+// stacks: every alloc's stack_id is 0).
 //
 // A file that is not a trace, or of an unsupported version, is refused at construction with a
 // TraceError naming the problem and the byte offset. A torn or corrupt chunk later in the file
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "ridgescope/event.h"
+#include "ridgescope/stack.h"
 
 namespace ridgescope {
 
@@ -38,8 +41,9 @@ class TraceReader {
   TraceReader(const TraceReader&) = delete;
   TraceReader& operator=(const TraceReader&) = delete;
 
-  // Fills `out` with the next event (String records are absorbed into the string table and
-  // also returned, so callers may ignore them). Returns false at the end of the usable data.
+  // Fills `out` with the next event (String, Frame and Stack records are absorbed into their
+  // tables and also returned, so callers may ignore them). Returns false at the end of the
+  // usable data.
   bool next(Event& out);
 
   // Goes back to the first record, for a second pass. Strings seen stay known.
@@ -47,6 +51,10 @@ class TraceReader {
 
   // The text of string `id` ("" for 0 or an id never defined).
   std::string_view string(std::uint32_t id) const noexcept;
+  // Frame `id` (an Untracked frame with no texts for 0 or an id never defined).
+  FrameRecord frame(std::uint32_t id) const noexcept;
+  // Stack `id` (empty for 0 or an id never defined). Valid until the next next() or rewind().
+  StackView stack(std::uint32_t id) const noexcept;
 
   bool truncated() const noexcept { return truncated_; }
   std::uint64_t truncated_at() const noexcept { return truncated_at_; }  // byte offset
@@ -58,6 +66,9 @@ class TraceReader {
  private:
   bool load_chunk();
   void stop(std::uint64_t offset, std::string problem);
+  // Absorbs a frame or stack record (its content: a FrameRecord, or the site and frame ids).
+  bool define(const Event& e, std::size_t record_start, const FrameRecord& frame, std::uint32_t site,
+              const std::vector<std::uint32_t>& frames);
 
   std::string path_;
   std::FILE* file_ = nullptr;
@@ -71,6 +82,13 @@ class TraceReader {
   std::uint64_t seq_ = 0;
   std::uint64_t last_time_ns_ = 0;
   std::vector<std::string> strings_;
+  std::vector<FrameRecord> frames_;  // by id; [0] unused
+  struct StackEntry {
+    std::uint64_t offset = 0;  // into stack_frames_
+    std::uint32_t size = 0, site = 0;
+  };
+  std::vector<StackEntry> stacks_;  // by id; [0] empty
+  std::vector<std::uint32_t> stack_frames_;
   bool done_ = false;
   bool truncated_ = false;
   std::uint64_t truncated_at_ = 0;

@@ -450,9 +450,11 @@ class Instrumentation:
             trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
 
         if self._activations:
-            native = self._native
-            self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(
-                native.pack_saved, _identity)
+            # The native session's hooks are plain C functions (called per saved tensor); a stand-in
+            # native (the dry run of rs.estimate) has a pack_saved method instead.
+            hooks = getattr(self._native, "saved_tensor_hooks", None)
+            pack, unpack = hooks() if hooks is not None else (self._native.pack_saved, _identity)
+            self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
             self._saved_hooks.__enter__()
         for extension in self.extensions:
             extension.install()

@@ -24,6 +24,57 @@ __version__ = "0.1.0"
 _active_lock = threading.Lock()
 _active: "Session | None" = None
 
+# What each allocation's site holds (docs/sites.md): the site alone (default), the whole Python
+# stack, native frames too; None records no site.
+STACK_MODES = ("site", "python", "all")
+
+
+def _code_roots() -> tuple[list[str], list[str]]:
+    """The directories whose files are library code when looking for the user's frame: torch and
+    ridgescope, and the standard library (third-party packages installed inside it excepted)."""
+    import sysconfig
+
+    def with_real(paths: list[str]) -> list[str]:
+        out: list[str] = []
+        for p in paths:
+            for q in (p, os.path.realpath(p)):
+                q = q.rstrip(os.sep) + os.sep
+                if q not in out:
+                    out.append(q)
+        return out
+
+    library = [os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)),
+               _inductor_cache_dir()]
+    paths = sysconfig.get_paths()
+    stdlib = [paths[k] for k in ("stdlib", "platstdlib") if paths.get(k)]
+    stdlib.append(os.path.dirname(os.__file__))
+    return with_real(library), with_real(stdlib)
+
+
+def _inductor_cache_dir() -> str:
+    """Where Inductor writes the Python code of compiled graphs (torch._inductor's cache_dir(),
+    computed without importing Inductor): library code, not the user's."""
+    import getpass
+    import re
+
+    env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if env:
+        return env
+    try:
+        user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+    except Exception:
+        user = "unknown"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + user)
+
+
+def _configure_sites() -> str:
+    """Installs the Python frame walker for this session's sites; '' or why frames are not read."""
+    try:
+        library, stdlib = _code_roots()
+        return _C.configure_python_frames(library, stdlib)
+    except Exception as exc:  # sites are an aid: a failure here never stops tracking
+        return f"{type(exc).__name__}: {exc}"
+
 
 def per_rank_path(out: Path, environ: "dict[str, str] | None" = None) -> Path:
     """The trace path of this process. Under torchrun (or any launcher that sets WORLD_SIZE and
@@ -55,7 +106,10 @@ class Session:
                  optimizer: torch.optim.Optimizer | None = None,
                  out: str | os.PathLike[str] | None = None, *, activations: bool = True,
                  capacity: int | str | None = None, driver_view: bool | None = None,
-                 cuda: bool | None = None) -> None:
+                 cuda: bool | None = None, stacks: str | None = "site") -> None:
+        if stacks is not None and stacks not in STACK_MODES:
+            raise ValueError(f"ridgescope.track: stacks must be one of {', '.join(map(repr, STACK_MODES))} "
+                             f"or None, got {stacks!r}")
         if model is not None and not isinstance(model, torch.nn.Module):
             raise TypeError(f"ridgescope.track: model must be a torch.nn.Module, got "
                             f"{type(model).__module__}.{type(model).__qualname__}")
@@ -70,6 +124,9 @@ class Session:
         except ValueError as exc:
             raise ValueError(f"ridgescope.track: capacity: {exc}") from None
         self._activations = activations
+        self.stacks = stacks
+        # Why Python frames are not read for sites ("" when they are); set at start.
+        self.sites_status: str | None = None
         # NVML sampling: on by default where CUDA is, and asked for explicitly elsewhere.
         self._driver_view = torch.cuda.is_available() if driver_view is None else driver_view
         self._cuda = cuda
@@ -91,11 +148,16 @@ class Session:
             if not parent.is_dir():
                 raise RidgescopeError(f"cannot write the trace to {self.path}: "
                                       f"directory {parent} does not exist")
+            mode = self.stacks or "none"
+            self.sites_status = _configure_sites() if mode != "none" else ""
             try:
-                self._native = _C.Session(str(self.path), self.capacity or 0)
+                self._native = _C.Session(str(self.path), self.capacity or 0, mode)
             except RuntimeError as exc:
                 raise RidgescopeError(str(exc).removeprefix("ridgescope: ")) from None
             _active = self
+            self._native.metadata("sites", json.dumps(
+                {"mode": mode, "python_frames": mode != "none" and not self.sites_status,
+                 "reason": self.sites_status}))
         try:
             self._instr = Instrumentation(self._native, self.model, self.optimizer,
                                           activations=self._activations)
@@ -252,7 +314,7 @@ class Session:
 def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
           out: str | os.PathLike[str] | None = None, *, activations: bool = True,
           capacity: int | str | None = None, driver_view: bool | None = None,
-          cuda: bool | None = None) -> Session:
+          cuda: bool | None = None, stacks: str | None = "site") -> Session:
     """Tracks memory while the ``with`` block runs::
 
         with rs.track(model=model, optimizer=opt, out="run.rstrace") as session:
@@ -273,11 +335,16 @@ def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer
     available); where NVML is absent the report says so and nothing else changes. ``cuda``
     tracks every CUDA caching-allocator block (docs/gpu.md); by default it is on when CUDA is
     already in use or the model or optimizer holds CUDA tensors, and otherwise starts when the
-    root module turns out to be on a GPU. Raises RidgescopeError for a nested session or an unwritable
-    path, TypeError for a model or optimizer of the wrong type.
+    root module turns out to be on a GPU. ``stacks`` says where each allocation was made
+    (docs/sites.md): ``"site"`` (the default) records the innermost frame of your code
+    (file:line and function, skipping torch, ridgescope and the standard library) or, in
+    backward, the autograd node and its module; ``"python"`` the whole Python stack;
+    ``"all"`` native frames too (slow: for a few steps); ``None`` nothing. Raises
+    RidgescopeError for a nested session or an unwritable path, TypeError for a model or
+    optimizer of the wrong type, ValueError for an unknown ``stacks``.
     """
     return Session(model, optimizer, out, activations=activations, capacity=capacity,
-                   driver_view=driver_view, cuda=cuda)
+                   driver_view=driver_view, cuda=cuda, stacks=stacks)
 
 
 @contextlib.contextmanager

@@ -133,12 +133,45 @@ def render_explain(d: dict[str, Any], request: int | None = None) -> str:
         p = d["peak"]
         out.append(f"Its peak: {format_bytes(p['bytes'])} in step {p['step']}, {p['phase']}: "
                    f"{_composition(p['by_category'], p['bytes'], limit=5)}")
+    retained = render_retained(d)
+    if retained:
+        out.append("")
+        out.extend(retained)
     if request is not None:
         out.append("")
         out.extend(render_free_space(d, request))
     out.append("")
     out.extend(render_dashboards(d))
     return "\n".join(out).rstrip() + "\n"
+
+
+def render_sites(peak: dict[str, Any], max_sites: int = 10) -> list[str]:
+    """The allocation sites at the peak (docs/sites.md): bytes by site, per category."""
+    rows = peak.get("by_site") or []
+    if not rows:
+        return []
+    out = ["Allocation sites at the peak (bytes by site and category):"]
+    for s in rows[:max_sites]:
+        out.append(f"  {format_bytes(s['bytes']):>10}  {s['category']:<16} {s['site']}"
+                   f"  ({s['blocks']} block{'s' if s['blocks'] != 1 else ''})")
+    if len(rows) > max_sites:
+        out.append(f"  ... {len(rows) - max_sites} more in the JSON report (peak.by_site)")
+    out.append("")
+    return out
+
+
+def render_retained(d: dict[str, Any]) -> list[str]:
+    """The retained-tensor verdict: bytes kept across steps that grow at every step end."""
+    r = d.get("retained")
+    if not r:
+        return []
+    v = r["verdict"]
+    lines = [f"Retained tensors ({v['kind']}): {v['summary']}"]
+    for e in v.get("evidence", []):
+        lines.append(f"  - {e}")
+    for rem in v.get("remedies", []):
+        lines.append(f"  * {rem['action']}")
+    return lines
 
 
 def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> str:
@@ -183,9 +216,12 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
     if p["top_blocks"]:
         out.append("Largest blocks live at the peak:")
         for b in p["top_blocks"][:max_blocks]:
+            site = f"; site {b['site']}" if b.get("site") else ""
             out.append(f"  {format_bytes(b['bytes']):>10}  {b['category']:<16} {b['label']}"
-                       f"  [allocated in {b['phase_allocated']}, step {b['step_allocated']}]")
+                       f"  [allocated in {b['phase_allocated']}, step {b['step_allocated']}{site}]")
         out.append("")
+
+    out.extend(render_sites(p, max_sites=max_blocks))
 
     if steps:
         out.append("Per step and phase (bytes at start -> end, own peak, composition at that peak):")

@@ -27,6 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-activations-hook", action="store_true",
                         help="do not install the saved-tensor hook (lower overhead; activations "
                              "are inferred from lifetimes)")
+    parser.add_argument("--stacks", choices=("site", "python", "all", "none"), default="site",
+                        help="where each allocation was made (docs/sites.md): 'site' (default) the "
+                             "innermost frame of your code, or the autograd node in backward; "
+                             "'python' the whole Python stack; 'all' native frames too (slow); "
+                             "'none' nothing")
     parser.add_argument("script", type=Path, help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
 
@@ -40,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     if not script.is_file():
         raise RidgescopeError(f"no such script: {script}")
     session = track(out=args.out or Path(f"{script.stem}.rstrace"),
-                    activations=not args.no_activations_hook, capacity=args.capacity)
+                    activations=not args.no_activations_hook, capacity=args.capacity,
+                    stacks=None if args.stacks == "none" else args.stacks)
     out = session.path  # one per rank under torchrun (per_rank_path)
 
     exit_code = 0

@@ -261,6 +261,14 @@ const char* kDriverJson = R"({"available":true,"reason":"","total_bytes":8589934
 // One CPU training step with phases, tags, samples, an OOM and run metadata.
 void write_step(TraceBuilder& t) {
   t.metadata("run", kRunJson).metadata("session", kSessionJson).metadata("driver_view", kDriverJson);
+  // Allocation sites (format 2): frames of every kind, a one-frame and a deep stack.
+  t.at(100);
+  const auto user = t.python_frame("/home/me/train.py", 10, "train");
+  const auto lib = t.python_frame("/venv/torch/nn/functional.py", 2100, "linear");
+  const auto node = t.frame(FrameKind::Autograd, "", 0, "MmBackward0", "fc1");
+  const auto native = t.frame(FrameKind::Native, "/venv/torch/lib/libtorch_cpu.so", 0, "at::native::mm");
+  t.alloc(0x500000, 64, t.stack({user})).free(0x500000);
+  t.alloc(0x600000, 96, t.stack({native, lib, user, node}, 2));
   write_adam_step(t, {.forward_sample_bytes = 8192, .oom_request_bytes = 1ull << 40,
                       .oom_device_free_bytes = 1 << 20});
 }
@@ -413,14 +421,20 @@ struct Script {
   std::vector<Event> events;
   std::vector<std::string> texts;  // by string id as the reader numbered them
   std::vector<std::pair<std::string, std::string>> metadata;
+  std::vector<FrameRecord> frames;  // by frame id - 1 (string ids as the reader numbered them)
+  std::vector<std::pair<std::vector<std::uint32_t>, std::uint32_t>> stacks;  // by stack id - 1
 };
 
 Script read_script(const std::string& path) {
   Script s;
   TraceReader r(path);
   Event e;
+  std::uint32_t frames = 0, stacks = 0;
   while (r.next(e)) {
     if (e.kind == EventKind::String) continue;
+    if (e.kind == EventKind::Frame) frames = std::max(frames, e.string_id);
+    if (e.kind == EventKind::Stack) stacks = std::max(stacks, e.string_id);
+    if (e.kind == EventKind::Frame || e.kind == EventKind::Stack) continue;
     if (e.kind == EventKind::Metadata) {
       s.metadata.emplace_back(std::string(r.string(e.string_id)), std::string(e.text));
       continue;
@@ -429,13 +443,19 @@ Script read_script(const std::string& path) {
     s.events.push_back(e);
   }
   for (std::uint32_t id = 0; id < 64; ++id) s.texts.emplace_back(r.string(id));
+  for (std::uint32_t id = 1; id <= frames; ++id) s.frames.push_back(r.frame(id));
+  for (std::uint32_t id = 1; id <= stacks; ++id) {
+    const StackView v = r.stack(id);
+    s.stacks.emplace_back(std::vector<std::uint32_t>(v.frames, v.frames + v.size), v.site);
+  }
   return s;
 }
 
 void mutate_event(Event& e, Rng& rng, const std::vector<Event>& all) {
   const Event& other = all[rng.below(all.size())];
-  switch (rng.below(9)) {
+  switch (rng.below(10)) {
     case 0: e.kind = static_cast<EventKind>(1 + rng.below(10)); break;  // Alloc .. Sample
+    case 9: e.stack_id = static_cast<std::uint32_t>(rng.chance(70) ? rng.below(6) : rng.next()); break;
     case 1: e.addr = rng.chance(50) ? other.addr : interesting(rng); break;
     case 2: e.bytes = interesting(rng); break;
     case 3: e.requested_bytes = interesting(rng); break;
@@ -480,6 +500,16 @@ void write_script(const Script& s, const std::string& path) {
   for (const auto& [k, v] : s.metadata) rec.metadata(k, v);
   std::vector<std::uint32_t> ids(s.texts.size(), 0);
   for (std::size_t i = 1; i < s.texts.size(); ++i) ids[i] = rec.intern(s.texts[i]);
+  // The seed's frames and stacks, in order, so that its stack ids mean the same again (a
+  // mutated stack id may point nowhere).
+  auto text_id = [&](std::uint32_t id) { return id < ids.size() ? ids[id] : id; };
+  for (FrameRecord f : s.frames) {
+    f.file_id = text_id(f.file_id);
+    f.function_id = text_id(f.function_id);
+    f.module_id = text_id(f.module_id);
+    rec.intern_frame(f);
+  }
+  for (const auto& [frames, site] : s.stacks) rec.intern_stack(frames.data(), frames.size(), site);
   for (Event e : s.events) {
     e.string_id = e.string_id < ids.size() ? ids[e.string_id] : e.string_id;
     rec.record_timed(e);

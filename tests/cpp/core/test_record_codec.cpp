@@ -200,3 +200,150 @@ SCENARIO("the chunk CRC is CRC-32/IEEE, as zlib.crc32 computes it", "[core][code
     }
   }
 }
+
+SCENARIO("format 2: an alloc carries its stack after the module context", "[core][codec][sites]") {
+  Event e;
+  e.kind = EventKind::Alloc;
+  e.time_ns = 186899;
+  e.addr = 0x7f0000000000;
+  e.bytes = e.requested_bytes = 104448;
+  e.thread = 1;
+  GIVEN("an alloc with a stack id but no module context") {
+    e.stack_id = 300;
+    detail::CodecClock clock{0};
+    std::string out;
+    detail::encode_record(e, clock, out);
+    THEN("the context is written as 0 so that the stack follows it, then the stack id") {
+      const std::vector<std::uint8_t> doc{0x01, 0x17, 0xa6, 0xe8, 0x16, 0x00, 0x00, 0x80, 0x80,
+                                          0x80, 0x80, 0x80, 0xe0, 0x1f, 0x80, 0xb0, 0x06, 0x80,
+                                          0xb0, 0x06, 0x00, 0x01, 0x00, 0xac, 0x02};
+      CHECK(bytes_of(out) == doc);
+    }
+    AND_THEN("a version 2 reader gets the stack, a version 1 reader ignores the trailing field") {
+      for (const std::uint32_t version : {2u, 1u}) {
+        detail::CodecClock read_clock{0};
+        std::size_t pos = 0;
+        Event back;
+        REQUIRE(detail::decode_record(out, &pos, read_clock, &back, version) == detail::DecodeStatus::Ok);
+        CHECK(back.string_id == 0);
+        CHECK(back.stack_id == (version == 2 ? 300u : 0u));
+      }
+    }
+  }
+  GIVEN("an alloc without a stack") {
+    e.string_id = 7;
+    detail::CodecClock clock{0};
+    std::string out;
+    detail::encode_record(e, clock, out);
+    THEN("it is the version 1 record: no trailing stack field") {
+      CHECK(out.size() == 23);
+      CHECK(static_cast<std::uint8_t>(out.back()) == 7);
+    }
+  }
+}
+
+SCENARIO("format 2: frame and stack records define the tables, untimed", "[core][codec][sites]") {
+  GIVEN("a Python frame and a stack of three frames") {
+    FrameRecord f;
+    f.kind = FrameKind::Autograd;
+    f.file_id = 1;
+    f.line = 200;
+    f.function_id = 3;
+    f.module_id = 4;
+    std::string out;
+    detail::encode_frame_record(5, f, out);
+    const std::uint32_t frames[] = {5, 128, 2};
+    detail::encode_stack_record(9, frames, 3, 1, out);
+    THEN("each is its kind (64, 65), a length and varints: id, then the fields of the table") {
+      const std::vector<std::uint8_t> expected{
+          64, 7, 5, 2, 1, 0xc8, 0x01, 3, 4,   // frame 5: autograd, file 1, line 200, function 3, module 4
+          65, 6, 9, 1, 5, 0x80, 0x01, 2};     // stack 9: site 1, frames 5, 128, 2
+      CHECK(bytes_of(out) == expected);
+    }
+    AND_THEN("they decode into the definitions, and the clock does not move") {
+      detail::CodecClock clock{777};
+      std::size_t pos = 0;
+      Event e;
+      detail::Definition d;
+      REQUIRE(detail::decode_record(out, &pos, clock, &e, 2, &d) == detail::DecodeStatus::Ok);
+      CHECK(e.kind == EventKind::Frame);
+      CHECK(e.string_id == 5);
+      CHECK(d.frame.kind == FrameKind::Autograd);
+      CHECK(d.frame.line == 200);
+      CHECK(d.frame.module_id == 4);
+      REQUIRE(detail::decode_record(out, &pos, clock, &e, 2, &d) == detail::DecodeStatus::Ok);
+      CHECK(e.kind == EventKind::Stack);
+      CHECK(e.string_id == 9);
+      CHECK(d.site == 1);
+      CHECK(d.frames == std::vector<std::uint32_t>{5, 128, 2});
+      CHECK(pos == out.size());
+      CHECK(clock.last_time_ns == 777);
+    }
+    AND_THEN("a version 1 reader skips both as unknown kinds") {
+      detail::CodecClock clock{777};
+      std::size_t pos = 0;
+      Event e;
+      CHECK(detail::decode_record(out, &pos, clock, &e, 1) == detail::DecodeStatus::UnknownKind);
+      CHECK(detail::decode_record(out, &pos, clock, &e, 1) == detail::DecodeStatus::UnknownKind);
+      CHECK(clock.last_time_ns == 777);
+    }
+  }
+  GIVEN("the example of docs/trace_format.md, \"Frames and stacks\"") {
+    FrameRecord f;
+    f.kind = FrameKind::Python;
+    f.file_id = 3;
+    f.line = 10;
+    f.function_id = 4;
+    std::string out;
+    detail::encode_frame_record(5, f, out);
+    const std::uint32_t frames[] = {5};
+    detail::encode_stack_record(2, frames, 1, 0, out);
+    CHECK(bytes_of(out) == std::vector<std::uint8_t>{0x40, 0x06, 0x05, 0x00, 0x03, 0x0a, 0x04, 0x00,
+                                                      0x41, 0x03, 0x02, 0x00, 0x05});
+  }
+  GIVEN("a frame kind this version does not know") {
+    std::string out;
+    FrameRecord f;
+    f.kind = static_cast<FrameKind>(9);
+    detail::encode_frame_record(1, f, out);
+    THEN("it reads as untracked") {
+      detail::CodecClock clock;
+      std::size_t pos = 0;
+      Event e;
+      detail::Definition d;
+      REQUIRE(detail::decode_record(out, &pos, clock, &e, 2, &d) == detail::DecodeStatus::Ok);
+      CHECK(d.frame.kind == FrameKind::Untracked);
+    }
+  }
+  GIVEN("stack records a reader must refuse") {
+    auto decode = [](const std::string& rec) {
+      detail::CodecClock clock;
+      std::size_t pos = 0;
+      Event e;
+      detail::Definition d;
+      return detail::decode_record(rec, &pos, clock, &e, 2, &d);
+    };
+    THEN("a site past the end of the frames is malformed") {
+      std::string out;
+      const std::uint32_t frames[] = {1, 2};
+      detail::encode_stack_record(1, frames, 2, 3, out);
+      CHECK(decode(out) == detail::DecodeStatus::Malformed);
+    }
+    THEN("more than kMaxStackFrames frames is malformed") {
+      std::vector<std::uint32_t> frames(kMaxStackFrames + 1, 1);
+      std::string out;
+      detail::encode_stack_record(1, frames.data(), frames.size(), 0, out);
+      CHECK(decode(out) == detail::DecodeStatus::Malformed);
+    }
+    THEN("a frame id past 32 bits is malformed") {
+      std::string payload;
+      detail::put_varint(payload, 1);
+      detail::put_varint(payload, 0);
+      detail::put_varint(payload, 1ull << 33);
+      std::string out(1, static_cast<char>(65));
+      detail::put_varint(out, payload.size());
+      out += payload;
+      CHECK(decode(out) == detail::DecodeStatus::Malformed);
+    }
+  }
+}

@@ -298,3 +298,142 @@ SCENARIO("a chunk whose record count disagrees with its contents is corrupt", "[
     }
   }
 }
+
+SCENARIO("frames and stacks are interned once and read back (format 2)", "[core][trace][sites]") {
+  GIVEN("a trace with two allocations at the same site and one with a three-frame stack") {
+    TempPath path;
+    std::uint32_t user = 0, lib = 0, node = 0, site_stack = 0, deep = 0;
+    {
+      TraceBuilder t(path.str());
+      user = t.python_frame("/home/me/train.py", 10, "train");
+      lib = t.python_frame("/site-packages/torch/nn/functional.py", 2100, "linear");
+      node = t.frame(FrameKind::Autograd, "", 0, "MmBackward0", "layers.3.mlp.fc1");
+      CHECK(t.python_frame("/home/me/train.py", 10, "train") == user);  // the same frame: the same id
+      site_stack = t.stack({user});
+      deep = t.stack({lib, user, node}, 1);
+      CHECK(t.stack({user}) == site_stack);
+      t.alloc(0x100, 64, site_stack).alloc(0x200, 64, site_stack).alloc(0x300, 8, deep).alloc(0x400, 8);
+      t.close();
+    }
+    TraceReader reader(path.str());
+    std::vector<Event> allocs;
+    std::size_t frames = 0, stacks = 0;
+    Event e;
+    while (reader.next(e)) {
+      if (e.kind == EventKind::Alloc) allocs.push_back(e);
+      frames += e.kind == EventKind::Frame;
+      stacks += e.kind == EventKind::Stack;
+    }
+    THEN("each distinct frame and stack was written once, before its first use") {
+      CHECK(reader.version() == 2);
+      CHECK(frames == 3);
+      CHECK(stacks == 2);
+      REQUIRE(allocs.size() == 4);
+      CHECK(allocs[0].stack_id == site_stack);
+      CHECK(allocs[1].stack_id == site_stack);
+      CHECK(allocs[2].stack_id == deep);
+      CHECK(allocs[3].stack_id == 0);
+    }
+    AND_THEN("the tables give every field back") {
+      const FrameRecord u = reader.frame(user);
+      CHECK(u.kind == FrameKind::Python);
+      CHECK(reader.string(u.file_id) == "/home/me/train.py");
+      CHECK(u.line == 10);
+      CHECK(reader.string(u.function_id) == "train");
+      const FrameRecord n = reader.frame(node);
+      CHECK(n.kind == FrameKind::Autograd);
+      CHECK(reader.string(n.function_id) == "MmBackward0");
+      CHECK(reader.string(n.module_id) == "layers.3.mlp.fc1");
+      const StackView s = reader.stack(deep);
+      REQUIRE(s.size == 3);
+      CHECK(s.frames[0] == lib);
+      CHECK(s.frames[2] == node);
+      CHECK(s.site_frame() == user);
+      CHECK(reader.stack(0).size == 0);
+      CHECK(reader.stack(999).size == 0);
+      CHECK(reader.frame(999).kind == FrameKind::Untracked);
+    }
+    AND_THEN("a second pass over the file sees the same stacks") {
+      reader.rewind();
+      while (reader.next(e)) {
+      }
+      CHECK(reader.stack(deep).size == 3);
+      CHECK(reader.stack(deep).site_frame() == user);
+    }
+  }
+}
+
+SCENARIO("a version 1 trace is still read", "[core][trace][sites]") {
+  GIVEN("a version 1 file: an alloc with a module context and a trailing byte, and a kind-64 record") {
+    TempPath path;
+    std::string payload;
+    std::string p;
+    detail::put_varint(p, 10);  // +5 ns
+    detail::put_varint(p, 0);
+    detail::put_varint(p, 0);
+    detail::put_varint(p, 0x100);
+    detail::put_varint(p, 8);
+    detail::put_varint(p, 8);
+    detail::put_varint(p, 0);
+    detail::put_varint(p, 1);
+    detail::put_varint(p, 3);   // the module context
+    detail::put_varint(p, 77);  // a trailing field version 1 readers ignore
+    payload.push_back(1);
+    detail::put_varint(payload, p.size());
+    payload += p;
+    payload.push_back(64);  // in version 1 an unknown untimed kind, not a frame
+    detail::put_varint(payload, 2);
+    payload += "ab";
+    std::string file(trace_format::kFileMagic, 8);
+    file += std::string("\x01\x00\x00\x00\x00\x00\x00\x00", 8);
+    char header[16];
+    detail::put_u32(header, trace_format::kChunkMagic);
+    detail::put_u32(header + 4, static_cast<std::uint32_t>(payload.size()));
+    detail::put_u32(header + 8, 2);
+    detail::put_u32(header + 12, detail::crc32(payload));
+    file.append(header, 16);
+    file += payload;
+    write_all(path.str(), file);
+    TraceReader reader(path.str());
+    auto events = read_events(reader);
+    THEN("the alloc keeps its context, has no stack, and the kind-64 record is skipped") {
+      CHECK(reader.version() == 1);
+      REQUIRE(events.size() == 1);
+      CHECK(events[0].string_id == 3);
+      CHECK(events[0].stack_id == 0);
+      CHECK(reader.skipped_records() == 1);
+      CHECK_FALSE(reader.truncated());
+    }
+  }
+}
+
+SCENARIO("frame and stack ids far past the table are corrupt", "[core][trace][sites]") {
+  for (const int kind : {64, 65}) {
+    GIVEN("a version 2 file whose " << (kind == 64 ? "frame" : "stack") << " record has id 2^31") {
+      TempPath path;
+      std::string p;
+      detail::put_varint(p, 1u << 31);
+      for (int i = 0; i < (kind == 64 ? 5 : 1); ++i) detail::put_varint(p, 0);
+      std::string payload(1, static_cast<char>(kind));
+      detail::put_varint(payload, p.size());
+      payload += p;
+      std::string file(trace_format::kFileMagic, 8);
+      file += std::string("\x02\x00\x00\x00\x00\x00\x00\x00", 8);
+      char header[16];
+      detail::put_u32(header, trace_format::kChunkMagic);
+      detail::put_u32(header + 4, static_cast<std::uint32_t>(payload.size()));
+      detail::put_u32(header + 8, 1);
+      detail::put_u32(header + 12, detail::crc32(payload));
+      file.append(header, 16);
+      file += payload;
+      write_all(path.str(), file);
+      TraceReader reader(path.str());
+      auto events = read_events(reader);
+      THEN("the reader stops there without allocating the table, naming the offset") {
+        CHECK(events.empty());
+        CHECK(reader.truncated());
+        CHECK_THAT(reader.problem(), Catch::Matchers::Contains("id out of range at byte offset 32"));
+      }
+    }
+  }
+}

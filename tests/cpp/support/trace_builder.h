@@ -3,12 +3,15 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 #include "ridgescope/category.h"
 #include "ridgescope/event.h"
 #include "ridgescope/recorder.h"
+#include "ridgescope/stack.h"
 
 namespace ridgescope::testing {
 
@@ -35,6 +38,25 @@ class TraceBuilder {
     Event e = make(EventKind::Alloc, addr);
     e.bytes = e.requested_bytes = bytes;
     return emit(e);
+  }
+  // An allocation made at stack `stack_id` (see frame() and stack()).
+  TraceBuilder& alloc(std::uint64_t addr, std::uint64_t bytes, std::uint32_t stack_id) {
+    Event e = make(EventKind::Alloc, addr);
+    e.bytes = e.requested_bytes = bytes;
+    e.stack_id = stack_id;
+    return emit(e);
+  }
+  // Interns a frame / a stack (frame ids innermost first; `site` its site's position).
+  std::uint32_t frame(FrameKind kind, const std::string& file, std::uint64_t line, const std::string& function,
+                      const std::string& module = "") {
+    return recorder_.intern_frame(FrameText{kind, file, line, function, module});
+  }
+  std::uint32_t python_frame(const std::string& file, std::uint64_t line, const std::string& function) {
+    return frame(FrameKind::Python, file, line, function);
+  }
+  std::uint32_t stack(std::initializer_list<std::uint32_t> frames, std::uint32_t site = 0) {
+    const std::vector<std::uint32_t> v(frames);
+    return recorder_.intern_stack(v.data(), v.size(), site);
   }
   TraceBuilder& free(std::uint64_t addr, std::uint64_t bytes = 0) {
     Event e = make(EventKind::Free, addr);
