@@ -226,6 +226,13 @@ def _frame_text(f: dict[str, Any]) -> str:
     return f["function"]
 
 
+def _library(f: dict[str, Any]) -> bool:
+    """A frame of torch or of an installed package, not the user's code."""
+    path = f["file"].replace("\\", "/")
+    return "/site-packages/" in path or "/dist-packages/" in path or "/torch/" in path \
+        or path.startswith("torch/")
+
+
 def render_stacks(d: dict[str, Any], max_stacks: int = 20, max_frames: int = 8) -> list[str]:
     """The peak's live bytes by allocation stack, largest first, with their categories: the
     site and the frames that called it (Python and autograd frames; native frames only where a
@@ -250,16 +257,21 @@ def render_stacks(d: dict[str, Any], max_stacks: int = 20, max_frames: int = 8) 
                                                        else ")"))
             continue
         start = st["site"] if st.get("site") is not None else 0
-        shown = [f for f in fr[start:] if f["kind"] in ("python", "autograd")]
+        outer = fr[start + 1:] if st.get("site") is not None else fr
+        # The site, then the user's frames that led to it (torch's and installed packages'
+        # frames, and native ones, are in the JSON report).
+        shown = ([fr[start]] if st.get("site") is not None else []) + \
+            [f for f in outer if f["kind"] == "autograd" or (f["kind"] == "python" and not _library(f))]
         if not shown:
-            shown = fr[start:]
+            shown = [f for f in fr if f["kind"] == "python"] or fr
         for k, f in enumerate(shown[:max_frames]):
             lead = "at" if k == 0 else "from"
             mark = "  <- site" if k == 0 and st.get("site") is not None else ""
             out.append(f"         {lead} {_frame_text(f)}{mark}")
-        if len(shown) > max_frames:
-            out.append(f"         ... {len(shown) - max_frames} outer frame(s) in the JSON report "
-                       "(peak.stacks)")
+        hidden = len(fr) - min(len(shown), max_frames)
+        if hidden > 0:
+            out.append(f"         ({hidden} more frame(s) of this stack, library and native ones "
+                       "included, in the JSON report: peak.stacks)")
     if len(rows) > max_stacks:
         rest = sum(st["bytes"] for st in rows[max_stacks:])
         out.append(f"  ... {len(rows) - max_stacks} more stack(s), {format_bytes(rest)}, in the JSON "

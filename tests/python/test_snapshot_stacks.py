@@ -156,3 +156,37 @@ def test_real_training_snapshots_get_stacks_and_sites_from_their_own_frames(name
     for f in python_sites:
         assert (f["file"], f["line"], f["function"]) in recorded
         assert "/torch/" not in f["file"] and "site-packages" not in f["file"]
+
+
+def test_diff_compares_the_peak_stack_by_stack(tmp_path):
+    """Given two snapshots of the same step where the second also keeps a 12,288 B block made at
+    model.py's forward frame under a new caller, when they are diffed, then that stack is the
+    largest change (+12,288 B, only in the second) and every stack both peaks share has the same
+    bytes; the text lists the changed stack with its site."""
+    def snapshot(extra: bool, name: str) -> Path:
+        b = SnapshotBuilder()
+        b.alloc(8192, USER)
+        b.begin("forward")
+        act = b.alloc(40960, FORWARD)
+        if extra:
+            b.alloc(12288, (("model.py", "forward"), ("extra.py", "keep")))
+        b.end("forward")
+        b.begin("backward")
+        b.alloc(4096, MM_BACKWARD)
+        b.free(act, MM_BACKWARD)
+        b.end("backward")
+        return b.write(tmp_path / name)
+    a, b = snapshot(False, "a.pickle"), snapshot(True, "b.pickle")
+    out = subprocess.run([sys.executable, "-m", "ridgescope", "diff", str(a), str(b), "--format", "json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = __import__("json").loads(out.stdout)["stacks"]
+    assert rows[0]["a"] == 0 and rows[0]["b"] == 12288 and rows[0]["change"] == 12288
+    assert rows[0]["stack"] == "model.py:10 in forward from extra.py:11 in keep"
+    assert rows[0]["by_category"] == {"activation": {"a": 0, "b": 12288}}
+    assert all(r["change"] == 0 and r["a"] == r["b"] > 0 for r in rows[1:])
+    assert sorted(r["a"] for r in rows[1:]) == [4096, 8192, 40960]
+    text = subprocess.run([sys.executable, "-m", "ridgescope", "diff", str(a), str(b)],
+                          capture_output=True, text=True, timeout=120).stdout
+    assert "Per allocation stack at the peak (largest changes first):" in text
+    assert "+12.0 KiB  model.py:10 in forward from extra.py:11 in keep  [activation]" in text
