@@ -54,6 +54,8 @@ std::string short_cpp_name(std::string_view name) {
 
 }  // namespace
 
+std::string cpp_function_name(std::string_view name) { return short_cpp_name(name); }
+
 // `needle` (written with '/') occurs in `path`, where '\' counts as '/' (Windows paths).
 bool path_has(std::string_view path, std::string_view needle) {
   if (needle.size() > path.size()) return false;

@@ -41,6 +41,11 @@ std::string frame_text(const SnapshotFrame& frame);
 // A frame as labels print it: "model.py:88 forward" (the file's base name and line).
 std::string python_frame_text(const SnapshotFrame& frame);
 
+// A C++ function name without its return type, template arguments and argument list:
+// "void torch::autograd::AccumulateGrad::accumulateGrad<...>(at::Tensor&, ...)" becomes
+// "torch::autograd::AccumulateGrad::accumulateGrad".
+std::string cpp_function_name(std::string_view name);
+
 // `needle` (written with '/') occurs in `path`, where '\\' counts as '/' (Windows paths).
 bool path_has(std::string_view path, std::string_view needle);
 

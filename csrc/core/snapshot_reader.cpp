@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "pickle_reader.h"
 #include "snapshot_sink.h"
+#include "snapshot_stacks.h"
 #include "snapshot_replay.h"
 #include "ridgescope/cuda_trace.h"
 #include "ridgescope/recorder.h"
@@ -674,9 +675,12 @@ class Converter {
     record(e);
   }
 
+  // An allocation; `frames`: where it was made (null or empty: not recorded), which becomes the
+  // event's stack (snapshot_stacks.h).
   void alloc(std::uint64_t addr, std::uint64_t bytes, std::uint64_t requested, std::uint64_t stream,
-             std::uint64_t t_ns, std::string_view module) {
+             std::uint64_t t_ns, std::string_view module, const std::vector<Frame>* frames) {
     Event e = make(EventKind::Alloc, t_ns);
+    if (frames != nullptr) e.stack_id = stacks_.stack_of(*frames);
     e.addr = addr;
     e.bytes = bytes;
     e.requested_bytes = requested;
@@ -766,7 +770,8 @@ class Converter {
         }
       }
       for (const StartBlock& b : start_blocks_) {
-        alloc(b.addr, b.bytes, b.requested, 0, t0, ours_ ? std::string(b.module) : where(*b.frames, b.frames_from_free));
+        alloc(b.addr, b.bytes, b.requested, 0, t0, ours_ ? std::string(b.module) : where(*b.frames, b.frames_from_free),
+              b.frames_from_free ? nullptr : b.frames);
         tag_block(b.addr, t0, b.category, b.frames_from_free ? nullptr : b.frames, b.label, b.category_inferred, true);
       }
     }
@@ -790,7 +795,7 @@ class Converter {
           auto exact = exact_bytes_.find(i);
           const std::uint64_t bytes =
               e.block_size ? *e.block_size : exact != exact_bytes_.end() ? exact->second : block_bytes(e.size);
-          alloc(e.addr, bytes, e.size, e.stream, t, ours_ ? std::string(e.module) : where(*e.frames));
+          alloc(e.addr, bytes, e.size, e.stream, t, ours_ ? std::string(e.module) : where(*e.frames), e.frames);
           tag_block(e.addr, t, e.category, e.frames, e.label, e.category_inferred, false);
           break;
         }
@@ -873,7 +878,7 @@ class Converter {
     std::uint64_t made = 0;
     for (const StartBlock& b : end_blocks_) {
       if (live_bytes_.contains(b.addr)) continue;
-      alloc(b.addr, b.bytes, b.requested, 0, t, where(*b.frames));
+      alloc(b.addr, b.bytes, b.requested, 0, t, where(*b.frames), b.frames_from_free ? nullptr : b.frames);
       tag_block(b.addr, t, b.category, b.frames, b.label, b.category_inferred, false);
       ++made;
     }
@@ -965,7 +970,7 @@ class Converter {
         const std::uint64_t bytes = exact != exact_bytes_.end() ? exact->second : ev.bytes;
         ++blocks_modelled_;
         if (bytes != block_bytes(e.size)) ++blocks_larger_than_rounded_;
-        alloc(ev.addr, bytes, ev.requested_bytes, ev.stream, t, where(*e.frames));
+        alloc(ev.addr, bytes, ev.requested_bytes, ev.stream, t, where(*e.frames), e.frames);
         tag_block(ev.addr, t, e.category, e.frames, e.label, e.category_inferred, false);
         continue;
       }
@@ -994,7 +999,8 @@ class Converter {
     auto emit_adopted = [&](const StartBlock* b) {
       for (const Event& ev : scratch_) {
         if (ev.kind == EventKind::Alloc && b != nullptr) {
-          alloc(ev.addr, ev.bytes, ev.requested_bytes, ev.stream, 0, where(*b->frames, b->frames_from_free));
+          alloc(ev.addr, ev.bytes, ev.requested_bytes, ev.stream, 0, where(*b->frames, b->frames_from_free),
+              b->frames_from_free ? nullptr : b->frames);
           tag_block(ev.addr, 0, b->category, b->frames_from_free ? nullptr : b->frames, b->label,
                     b->category_inferred, true);
         } else {
@@ -1018,7 +1024,8 @@ class Converter {
     }
     for (const StartBlock* b : blocks) {
       if (placed.contains(b)) continue;
-      alloc(b->addr, b->bytes, b->requested, 0, 0, where(*b->frames, b->frames_from_free));
+      alloc(b->addr, b->bytes, b->requested, 0, 0, where(*b->frames, b->frames_from_free),
+            b->frames_from_free ? nullptr : b->frames);
       tag_block(b->addr, 0, b->category, b->frames_from_free ? nullptr : b->frames, b->label, b->category_inferred,
                 true);
     }
@@ -1134,6 +1141,7 @@ class Converter {
   std::string end_state_note_;
   bool has_segments_ = false;  // the snapshot has 'segments' (its end state)
   FramesCache frames_;  // every frames list read, once (entries and blocks point into it)
+  detail::SnapshotStacks stacks_{rec_};  // each frames list as a trace stack, once
   absl::flat_hash_map<const std::vector<Frame>*, std::string> where_;  // where_from_frames, per list
   absl::flat_hash_map<const std::vector<Frame>*, std::string_view> phases_;  // phase_from_frames, per list
   std::unique_ptr<detail::SnapshotSink> sink_;  // where events go (PyTorch's snapshots: the inference)

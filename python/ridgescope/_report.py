@@ -113,6 +113,14 @@ class Report:
         from ._text import render_text
         return render_text(self._data)
 
+    def grouped(self, by: str, limit: int = 20) -> str:
+        """The peak's live bytes by allocation ``"site"`` or ``"stack"``, largest first, with
+        their categories, after the report's opening (``ridgescope report --group-by``)."""
+        if by not in ("site", "stack"):
+            raise ValueError(f"group by 'site' or 'stack', not {by!r}")
+        from ._text import render_grouped
+        return render_grouped(self._data, by, limit)
+
     def __str__(self) -> str:
         return self.summary()
 

@@ -174,7 +174,8 @@ def render_retained(d: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> str:
+def _header_and_peak_lines(d: dict[str, Any]) -> list[str]:
+    """The report's opening: the trace, the model, the peak and its composition."""
     out: list[str] = []
     t = d["trace"]
     steps = d["steps"]
@@ -212,6 +213,90 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
         out.append(f"  note: {100 * unknown / total:.1f}% of the peak is unattributed (unknown)")
     out.extend([""] + reason_lines(d) if reason_lines(d) else [])
     out.append("")
+    return out
+
+
+def _frame_text(f: dict[str, Any]) -> str:
+    if f["kind"] == "python":
+        return f"{f['file']}:{f['line']} in {f['function']}"
+    if f["kind"] == "autograd":
+        return f"{f['function']} of {f['module']}" if f.get("module") else f["function"]
+    if f["kind"] == "native":
+        return f"{f['function']} ({f['file'].rsplit('/', 1)[-1]})" if f.get("file") else f["function"]
+    return f["function"]
+
+
+def _library(f: dict[str, Any]) -> bool:
+    """A frame of torch or of an installed package, not the user's code."""
+    path = f["file"].replace("\\", "/")
+    return "/site-packages/" in path or "/dist-packages/" in path or "/torch/" in path \
+        or path.startswith("torch/")
+
+
+def render_stacks(d: dict[str, Any], max_stacks: int = 20, max_frames: int = 8) -> list[str]:
+    """The peak's live bytes by allocation stack, largest first, with their categories: the
+    site and the frames that called it (Python and autograd frames; native frames only where a
+    stack has nothing else)."""
+    p = d["peak"]
+    rows = p.get("stacks") or []
+    frames = d.get("frames") or []
+    if not rows:
+        return ["No allocation stacks were recorded (a trace made with stacks=None, or a "
+                "snapshot without frames)."]
+    out = [f"Live bytes at the peak by allocation stack ({len(rows)} stack"
+           f"{'s' if len(rows) != 1 else ''}, largest first):"]
+    for n, st in enumerate(rows[:max_stacks], 1):
+        cats = ", ".join(f"{c} {format_bytes(b)}" for c, b in
+                         sorted(st["by_category"].items(), key=lambda kv: -kv[1]) if b)
+        out.append(f"  {n:>3}. {format_bytes(st['bytes']):>10} in {st['blocks']} block"
+                   f"{'s' if st['blocks'] != 1 else ''}: {cats}")
+        fr = [frames[i] for i in st["frames"]]
+        if not fr:
+            out.append("         (no stack recorded" + (": the smaller stacks, merged)"
+                                                       if p.get("stacks_merged") and n == len(rows)
+                                                       else ")"))
+            continue
+        start = st["site"] if st.get("site") is not None else 0
+        outer = fr[start + 1:] if st.get("site") is not None else fr
+        # The site, then the user's frames that led to it (torch's and installed packages'
+        # frames, and native ones, are in the JSON report).
+        shown = ([fr[start]] if st.get("site") is not None else []) + \
+            [f for f in outer if f["kind"] == "autograd" or (f["kind"] == "python" and not _library(f))]
+        if not shown:
+            shown = [f for f in fr if f["kind"] == "python"] or fr
+        for k, f in enumerate(shown[:max_frames]):
+            lead = "at" if k == 0 else "from"
+            mark = "  <- site" if k == 0 and st.get("site") is not None else ""
+            out.append(f"         {lead} {_frame_text(f)}{mark}")
+        hidden = len(fr) - min(len(shown), max_frames)
+        if hidden > 0:
+            out.append(f"         ({hidden} more frame(s) of this stack, library and native ones "
+                       "included, in the JSON report: peak.stacks)")
+    if len(rows) > max_stacks:
+        rest = sum(st["bytes"] for st in rows[max_stacks:])
+        out.append(f"  ... {len(rows) - max_stacks} more stack(s), {format_bytes(rest)}, in the JSON "
+                   "report (peak.stacks)")
+    return out
+
+
+def render_grouped(d: dict[str, Any], by: str, limit: int = 20) -> str:
+    """The report's opening, then the peak's live bytes grouped by allocation `site` or `stack`
+    (ridgescope report --group-by)."""
+    out = _header_and_peak_lines(d)
+    if by == "site":
+        lines = render_sites(d["peak"], max_sites=limit)
+        out.extend(lines or ["No allocation sites were recorded (a trace made with stacks=None, "
+                             "or a snapshot without frames)."])
+    else:
+        out.extend(render_stacks(d, max_stacks=limit))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> str:
+    out = _header_and_peak_lines(d)
+    p = d["peak"]
+    steps = d["steps"]
+    snap = d.get("snapshot")
 
     if p["top_blocks"]:
         out.append("Largest blocks live at the peak:")

@@ -38,6 +38,50 @@ def _phase_peaks(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _stacks_at_peak(r: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+    """The peak's live bytes by allocation stack, keyed by the stack's frames as texts (stack
+    ids differ between traces; the frames do not), with a label: the site and the user frame
+    that called it."""
+    from .._text import _frame_text, _library
+
+    frames = r.get("frames") or []
+    out: dict[tuple, dict[str, Any]] = {}
+    for st in r["peak"].get("stacks") or []:
+        fr = [frames[i] for i in st["frames"]]
+        key = tuple(_frame_text(f) for f in fr)
+        if not fr:
+            label = "(no stack recorded)"
+        else:
+            site = st["site"] if st.get("site") is not None else None
+            head = _frame_text(fr[site]) if site is not None else f"(no site) {_frame_text(fr[0])}"
+            caller = next((f for f in fr[(site or 0) + 1:] if f["kind"] == "python" and not _library(f)), None)
+            label = head + (f" from {_frame_text(caller)}" if caller is not None else "")
+        cur = out.setdefault(key, {"label": label, "bytes": 0, "by_category": {}})
+        cur["bytes"] += st["bytes"]
+        for c, n in st["by_category"].items():
+            if n:
+                cur["by_category"][c] = cur["by_category"].get(c, 0) + n
+    return out
+
+
+def _compare_stacks(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per stack live at either peak: its bytes in a and b, largest change first."""
+    sa, sb = _stacks_at_peak(a), _stacks_at_peak(b)
+    rows = []
+    for key in list(sa) + [k for k in sb if k not in sa]:
+        x, y = sa.get(key), sb.get(key)
+        cats = {}
+        for c in set((x or {}).get("by_category", {})) | set((y or {}).get("by_category", {})):
+            cats[c] = {"a": (x or {}).get("by_category", {}).get(c, 0),
+                       "b": (y or {}).get("by_category", {}).get(c, 0)}
+        rows.append({"stack": (x or y)["label"], "frames": list(key),
+                     "a": x["bytes"] if x else 0, "b": y["bytes"] if y else 0,
+                     "change": (y["bytes"] if y else 0) - (x["bytes"] if x else 0),
+                     "by_category": cats})
+    rows.sort(key=lambda r: (-abs(r["change"]), -max(r["a"], r["b"])))
+    return rows
+
+
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """The comparison of two report dicts (b relative to a), as JSON-ready data."""
     cats = a["categories"]
@@ -66,7 +110,9 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
                      "change": b["peak"]["bytes"] - a["peak"]["bytes"],
                      "phase_a": a["peak"]["phase"], "phase_b": b["peak"]["phase"],
                      "by_category": peak},
-            "phases": phases}
+            "phases": phases,
+            # the peak's live bytes per allocation stack (docs/sites.md), largest change first
+            "stacks": _compare_stacks(a, b)}
 
 
 def render(d: dict[str, Any]) -> str:
@@ -96,6 +142,15 @@ def render(d: dict[str, Any]) -> str:
             peak = e["peak_b"] if e["in"] == "b" else e["peak_a"]
             count = e["count_b"] if e["in"] == "b" else e["count_a"]
             out.append(f"  {key:<28} only in the {which} run ({count} time(s), peak {format_bytes(peak)})")
+    changed = [r for r in d.get("stacks", []) if r["change"]]
+    if changed:
+        out += ["", "Per allocation stack at the peak (largest changes first):"]
+        for r in changed[:10]:
+            cats = ", ".join(c for c, v in sorted(r["by_category"].items(), key=lambda kv: -max(kv[1]["a"], kv[1]["b"])))
+            out.append(f"  {format_bytes(r['a']):>10} -> {format_bytes(r['b']):>10}  {signed(r['change']):>11}"
+                       f"  {r['stack']}  [{cats}]")
+        if len(changed) > 10:
+            out.append(f"  ... {len(changed) - 10} more changed stack(s) in the JSON output (stacks)")
     return "\n".join(out) + "\n"
 
 

@@ -33,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "docs/integrations.md)")
     parser.add_argument("--top-blocks", type=int, default=20, metavar="N",
                         help="how many of the largest blocks live at the peak to list (default 20)")
+    parser.add_argument("--group-by", choices=("category", "site", "stack"), default="category",
+                        help="text report: category (default) gives the whole report; site lists "
+                             "the peak's live bytes by allocation site and category; stack lists "
+                             "them by allocation stack, largest first, with their categories and "
+                             "the frames (docs/sites.md; for a torch snapshot, its entries' "
+                             "frames). --top-blocks sets how many rows (default 20)")
     _device_rules.add_arguments(parser)
 
 
@@ -45,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
         from ..distributed._cli import report_ranks
         return report_ranks(args)
     args.file = args.file[0]
+    if args.group_by != "category" and args.format != "text":
+        from .._errors import RidgescopeError
+        raise RidgescopeError(f"--group-by {args.group_by} goes with --format text; the JSON "
+                              "report holds every site (peak.by_site) and stack (peak.stacks)")
     if args.format == "snapshot":
         if args.tensorboard is not None:
             from .._errors import RidgescopeError
@@ -61,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
                 text = report.to_json() + "\n"
             elif args.format == "html":
                 text = report.to_html()
+            elif args.group_by != "category":
+                text = report.grouped(args.group_by, limit=args.top_blocks)
             else:
                 text = report.summary()
     emit(text, args.output)
