@@ -61,6 +61,27 @@ def trace_path(directory: str | os.PathLike[str], rank: int, world_size: int) ->
 _current: "TrackedRun | None" = None  # the run that started last (see ``start``)
 
 
+class RunResults:
+    """What a framework callback holding a TrackedRun (``self._run``) shows its user."""
+
+    _run: "TrackedRun"
+
+    @property
+    def report(self) -> Any:
+        """The ``rs.Report`` of the run, once training has ended (else None)."""
+        return self._run.report
+
+    @property
+    def trace(self) -> Any:
+        """The trace file (a ``pathlib.Path``) once tracking started."""
+        return self._run.trace
+
+    @property
+    def error(self) -> str | None:
+        """Why tracking stopped or never started, or None."""
+        return self._run.error
+
+
 class TrackedRun:
     """One run of a framework's trainer under ``rs.track``. ``tensorboard`` is False, True (the
     directory the framework gives to ``start``) or a directory; ``step_offset`` maps the

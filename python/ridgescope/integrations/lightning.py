@@ -30,7 +30,7 @@ import importlib.util
 import os
 from typing import Any
 
-from ._run import TrackedRun, guarded_event
+from ._run import RunResults, TrackedRun, guarded_event
 
 
 def _callback_bases() -> tuple[type, ...]:
@@ -47,7 +47,7 @@ def _callback_bases() -> tuple[type, ...]:
     return tuple(bases)
 
 
-class _Adapter:
+class _Adapter(RunResults):
     """The callback's behaviour; ``RidgescopeCallback`` adds Lightning's Callback base(s)."""
 
     def __init__(self, dirpath: str | os.PathLike[str] | None = None, *, activations: bool = True,
@@ -58,21 +58,7 @@ class _Adapter:
                                tensorboard=tensorboard, html=html, step_offset=0,
                                framework="lightning")
 
-    # ----------------------------------------------------------------------- what it holds
-    @property
-    def report(self) -> Any:
-        """The ``rs.Report`` of the run, once training has ended (else None)."""
-        return self._run.report
-
-    @property
-    def trace(self) -> Any:
-        """The trace file (a ``pathlib.Path``) once tracking started."""
-        return self._run.trace
-
-    @property
-    def error(self) -> str | None:
-        """Why tracking stopped or never started, or None."""
-        return self._run.error
+    # report, trace and error come from RunResults (_run.py)
 
     def finish(self) -> Any:
         """Stops tracking now and returns the report (None if nothing was tracked), for a fit

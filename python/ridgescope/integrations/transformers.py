@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from ._run import TrackedRun, guarded_event
+from ._run import RunResults, TrackedRun, guarded_event
 
 # The Trainer counts global_step from 1 after the first optimizer step; the report's step 0 is
 # the first training iteration, which the Trainer logs at global_step 1.
@@ -84,7 +84,7 @@ def _dispatching_trainer() -> Any:
     return None
 
 
-class RidgescopeCallback(TrainerCallback):
+class RidgescopeCallback(RunResults, TrainerCallback):
     """Tracks a Hugging Face ``Trainer`` run with ridgescope (see the module docstring).
 
     ``output_dir``: where the trace and HTML report go (default: the Trainer's
@@ -101,21 +101,7 @@ class RidgescopeCallback(TrainerCallback):
         self._trainer: Any = None
         self._pending: list[str] = []  # phases the Trainer's flags announce after this step
 
-    # ----------------------------------------------------------------------- what it holds
-    @property
-    def report(self) -> Any:
-        """The ``rs.Report`` of the run, once training has ended (else None)."""
-        return self._run.report
-
-    @property
-    def trace(self) -> Any:
-        """The trace file (a ``pathlib.Path``) once tracking started."""
-        return self._run.trace
-
-    @property
-    def error(self) -> str | None:
-        """Why tracking stopped or never started, or None."""
-        return self._run.error
+    # report, trace and error come from RunResults (_run.py)
 
     def finish(self) -> Any:
         """Stops tracking now and returns the report (None if nothing was tracked): after a
