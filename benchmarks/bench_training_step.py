@@ -330,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         "python_version": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "clock": args.clock,
         "config": {"model": "TinyGPT", "optimizer": "AdamW", "batch": args.batch,
                    "seq_len": args.seq_len, "layers": args.layers, "d_model": args.d_model,
                    "heads": args.heads, "vocab": args.vocab,
