@@ -61,6 +61,17 @@ FIGURES: dict[str, Any] = {}
 
 
 # ---------------------------------------------------------------------------------- reporting
+def finish(out: Path, name: str) -> int:
+    """Writes OUT/<name>_summary.json (counts, results, figures), prints the
+    ``<NAME>_SUMMARY {json}`` line and returns the exit status: 0 when nothing failed."""
+    counts = {s: sum(1 for r in RESULTS if r["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
+    summary = {"counts": counts, "results": RESULTS, "figures": FIGURES}
+    (out / f"{name}_summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    print(f"{name.upper()}_SUMMARY " + json.dumps({"counts": counts, "figures": FIGURES}, default=str),
+          flush=True)
+    return 0 if counts["FAIL"] == 0 else 1
+
+
 def record(status: str, name: str, detail: str) -> None:
     print(f"{status} {name}: {detail}", flush=True)
     RESULTS.append({"check": name, "status": status, "detail": detail})
@@ -714,11 +725,7 @@ def main() -> int:
                 p.unlink()  # only a few files come back from the device
 
     FIGURES["seconds"] = round(time.perf_counter() - t0, 1)
-    counts = {s: sum(1 for r in RESULTS if r["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
-    summary = {"counts": counts, "results": RESULTS, "figures": FIGURES}
-    (args.out / "gpu_check_summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    print("GPU_CHECK_SUMMARY " + json.dumps({"counts": counts, "figures": FIGURES}, default=str), flush=True)
-    return 0 if counts["FAIL"] == 0 else 1
+    return finish(args.out, "gpu_check")
 
 
 if __name__ == "__main__":

@@ -193,12 +193,7 @@ def main() -> int:
         big = gpu_check.Workload("cuda", vocab=8192, d_model=1024, heads=16, layers=8, seq=512, batch=16)
         section("overhead", lambda: overhead_check(big, 5, 8, "inductor", args.out, True))
     FIGURES["seconds"] = round(time.perf_counter() - t0, 1)
-    counts = {s: sum(1 for r in RESULTS if r["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
-    summary = {"counts": counts, "results": RESULTS, "figures": FIGURES}
-    (args.out / "gpu_check_compile_summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    print("GPU_CHECK_COMPILE_SUMMARY " + json.dumps({"counts": counts, "figures": FIGURES}, default=str),
-          flush=True)
-    return 0 if counts["FAIL"] == 0 else 1
+    return gpu_check.finish(args.out, "gpu_check_compile")
 
 
 if __name__ == "__main__":

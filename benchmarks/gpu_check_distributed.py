@@ -23,7 +23,6 @@ skipped). It proves nothing about the GPU. UNVERIFIED: this script has not yet r
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import sys
@@ -169,12 +168,7 @@ def main() -> int:
         for p in args.out.glob("ddp_nccl*.rstrace"):
             p.unlink()  # only a few files come back from the device
     FIGURES["seconds"] = round(time.perf_counter() - t0, 1)
-    counts = {s: sum(1 for r in RESULTS if r["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
-    summary = {"counts": counts, "results": RESULTS, "figures": FIGURES}
-    (args.out / "gpu_check_distributed_summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    print("GPU_CHECK_DISTRIBUTED_SUMMARY " + json.dumps({"counts": counts, "figures": FIGURES},
-                                                        default=str), flush=True)
-    return 0 if counts["FAIL"] == 0 else 1
+    return gc_.finish(args.out, "gpu_check_distributed")
 
 
 if __name__ == "__main__":

@@ -173,11 +173,7 @@ def main() -> int:
         for p in args.out.glob("sites*.rstrace"):
             p.unlink()
     FIGURES["sites_seconds"] = round(time.perf_counter() - t0, 1)
-    counts = {s: sum(1 for r in RESULTS if r["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
-    summary = {"counts": counts, "results": RESULTS, "figures": FIGURES}
-    (args.out / "gpu_check_sites_summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    print("GPU_CHECK_SITES_SUMMARY " + json.dumps({"counts": counts, "figures": FIGURES}, default=str), flush=True)
-    return 0 if counts["FAIL"] == 0 else 1
+    return g.finish(args.out, "gpu_check_sites")
 
 
 if __name__ == "__main__":
