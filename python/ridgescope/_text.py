@@ -216,7 +216,8 @@ def _header_and_peak_lines(d: dict[str, Any]) -> list[str]:
     return out
 
 
-def _frame_text(f: dict[str, Any]) -> str:
+def frame_text(f: dict[str, Any]) -> str:
+    """A report frame as a person reads it: "train.py:10 in main", "MmBackward0 of fc1"."""
     if f["kind"] == "python":
         return f"{f['file']}:{f['line']} in {f['function']}"
     if f["kind"] == "autograd":
@@ -231,6 +232,14 @@ def _library(f: dict[str, Any]) -> bool:
     path = f["file"].replace("\\", "/")
     return "/site-packages/" in path or "/dist-packages/" in path or "/torch/" in path \
         or path.startswith("torch/")
+
+
+def user_callers(frames: list[dict[str, Any]], site: int | None) -> list[dict[str, Any]]:
+    """The frames of a stack outside its site that a person reads: the user's Python frames
+    and autograd nodes, innermost first (torch's, installed packages' and native frames left
+    out)."""
+    outer = frames[site + 1:] if site is not None else frames
+    return [f for f in outer if f["kind"] == "autograd" or (f["kind"] == "python" and not _library(f))]
 
 
 def render_stacks(d: dict[str, Any], max_stacks: int = 20, max_frames: int = 8) -> list[str]:
@@ -256,18 +265,15 @@ def render_stacks(d: dict[str, Any], max_stacks: int = 20, max_frames: int = 8) 
                                                        if p.get("stacks_merged") and n == len(rows)
                                                        else ")"))
             continue
-        start = st["site"] if st.get("site") is not None else 0
-        outer = fr[start + 1:] if st.get("site") is not None else fr
-        # The site, then the user's frames that led to it (torch's and installed packages'
-        # frames, and native ones, are in the JSON report).
-        shown = ([fr[start]] if st.get("site") is not None else []) + \
-            [f for f in outer if f["kind"] == "autograd" or (f["kind"] == "python" and not _library(f))]
+        site = st.get("site")
+        # The site, then the user's frames that led to it (the rest is in the JSON report).
+        shown = ([fr[site]] if site is not None else []) + user_callers(fr, site)
         if not shown:
             shown = [f for f in fr if f["kind"] == "python"] or fr
         for k, f in enumerate(shown[:max_frames]):
             lead = "at" if k == 0 else "from"
-            mark = "  <- site" if k == 0 and st.get("site") is not None else ""
-            out.append(f"         {lead} {_frame_text(f)}{mark}")
+            mark = "  <- site" if k == 0 and site is not None else ""
+            out.append(f"         {lead} {frame_text(f)}{mark}")
         hidden = len(fr) - min(len(shown), max_frames)
         if hidden > 0:
             out.append(f"         ({hidden} more frame(s) of this stack, library and native ones "

@@ -42,20 +42,20 @@ def _stacks_at_peak(r: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
     """The peak's live bytes by allocation stack, keyed by the stack's frames as texts (stack
     ids differ between traces; the frames do not), with a label: the site and the user frame
     that called it."""
-    from .._text import _frame_text, _library
+    from .._text import frame_text, user_callers
 
     frames = r.get("frames") or []
     out: dict[tuple, dict[str, Any]] = {}
     for st in r["peak"].get("stacks") or []:
         fr = [frames[i] for i in st["frames"]]
-        key = tuple(_frame_text(f) for f in fr)
+        key = tuple(frame_text(f) for f in fr)
         if not fr:
             label = "(no stack recorded)"
         else:
             site = st["site"] if st.get("site") is not None else None
-            head = _frame_text(fr[site]) if site is not None else f"(no site) {_frame_text(fr[0])}"
-            caller = next((f for f in fr[(site or 0) + 1:] if f["kind"] == "python" and not _library(f)), None)
-            label = head + (f" from {_frame_text(caller)}" if caller is not None else "")
+            head = frame_text(fr[site]) if site is not None else f"(no site) {frame_text(fr[0])}"
+            caller = next((f for f in user_callers(fr, site) if f["kind"] == "python"), None)
+            label = head + (f" from {frame_text(caller)}" if caller is not None else "")
         cur = out.setdefault(key, {"label": label, "bytes": 0, "by_category": {}})
         cur["bytes"] += st["bytes"]
         for c, n in st["by_category"].items():
