@@ -35,7 +35,6 @@ class CMakeBuild(build_ext):
             f"-DCMAKE_INSTALL_PREFIX={prefix}",
             "-DRIDGESCOPE_PACKAGE_DIR=ridgescope",
             "-DRIDGESCOPE_BUILD_TORCH=ON",
-            "-DRIDGESCOPE_BUILD_TESTS=OFF",
         ]
         generator = []
         if not (build_dir / "CMakeCache.txt").exists():
@@ -49,7 +48,7 @@ class CMakeBuild(build_ext):
         # overwriting the file in place would change the pages under them.
         for old in target.parent.glob("_C*.so"):
             old.unlink()
-        subprocess.run(["cmake", "--install", str(build_dir), "--component", "Unspecified"], check=True)
+        subprocess.run(["cmake", "--install", str(build_dir), "--component", "python"], check=True)
 
 
 setup(ext_modules=[CMakeExtension("ridgescope._C")], cmdclass={"build_ext": CMakeBuild})

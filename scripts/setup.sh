@@ -2,16 +2,26 @@
 # Idempotent set-up of a fresh Debian machine: system packages, the .venv, torch 2.14.1 and the
 # build of ridgescope. A second run does nothing that is already done (it rebuilds only when a
 # C++ or build file changed).
+#
+#   bash scripts/setup.sh            what the demo needs: compilers, CMake, Ninja, ccache, Abseil,
+#                                    .venv with torch, the editable build (scripts/demo.sh)
+#   bash scripts/setup.sh --tests    and what the tests need: Catch2, Chromium, unzip, pytest,
+#                                    numpy, Playwright, the integrations' frameworks (scripts/test.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tests=0
+[[ "${1:-}" == "--tests" ]] && tests=1
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
-# 1. Debian packages: compilers, CMake, Ninja, Abseil (shared libraries), Catch2 (v2 or v3),
-#    Chromium (the HTML report's browser test), unzip (scripts/test.sh unpacks a libtorch from a
-#    torch wheel), and venv support when the system Python lacks it.
+# 1. Debian packages: compilers, CMake, Ninja, ccache (every configure uses it), Abseil (shared
+#    libraries), venv support when the system Python lacks it; for the tests also Catch2 (v2 or
+#    v3), Chromium (the HTML report's browser test) and unzip (scripts/test.sh unpacks a libtorch
+#    from a torch wheel).
 need=()
-for pkg in g++ cmake ninja-build libabsl-dev catch2 chromium unzip; do
+packages=(g++ cmake ninja-build ccache libabsl-dev)
+((tests)) && packages+=(catch2 chromium unzip)
+for pkg in "${packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 "${PYTHON:-python3}" -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
@@ -30,11 +40,19 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 py=.venv/bin/python
 
-# 3. torch 2.14.1 and the test tools.
+# 3. torch 2.14.1, and the test tools.
 if ! "$py" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.14.1')" 2>/dev/null; then
   log "installing torch 2.14.1 (a CUDA build; large on first install)"
   "$py" -m pip install -q --disable-pip-version-check torch==2.14.1
 fi
+# The editable build (step 4) needs setuptools' PEP 660 support without the old `wheel` package:
+# a new venv of Python 3.11 brings setuptools 65.5, whose editable build fails with "invalid
+# command 'bdist_wheel'".
+if ! "$py" -c "import sys, setuptools; sys.exit(int(setuptools.__version__.split('.')[0]) < 70)" 2>/dev/null; then
+  log "installing setuptools>=70.1 and wheel (the editable build)"
+  "$py" -m pip install -q --disable-pip-version-check "setuptools>=70.1" wheel
+fi
+if ((tests)); then
 if ! "$py" -c "import pytest, numpy" 2>/dev/null; then
   log "installing pytest and numpy"
   "$py" -m pip install -q --disable-pip-version-check pytest numpy
@@ -45,14 +63,6 @@ fi
 if ! "$py" -c "import playwright.sync_api" 2>/dev/null; then
   log "installing playwright"
   "$py" -m pip install -q --disable-pip-version-check playwright
-fi
-
-# The editable build (step 4) needs setuptools' PEP 660 support without the old `wheel` package:
-# a new venv of Python 3.11 brings setuptools 65.5, whose editable build fails with "invalid
-# command 'bdist_wheel'".
-if ! "$py" -c "import sys, setuptools; sys.exit(int(setuptools.__version__.split('.')[0]) < 70)" 2>/dev/null; then
-  log "installing setuptools>=70.1 and wheel (the editable build)"
-  "$py" -m pip install -q --disable-pip-version-check "setuptools>=70.1" wheel
 fi
 
 # The frameworks of the integrations' tests (docs/integrations.md): Hugging Face transformers and
@@ -73,6 +83,7 @@ then
   "$py" -m pip install -q --disable-pip-version-check -c "$torch_pin" "${integrations[@]}"
   rm -f "$torch_pin"
 fi
+fi  # tests
 
 # 4. Build and install ridgescope (editable) when its native sources changed.
 stamp_file=build/.stamp-python

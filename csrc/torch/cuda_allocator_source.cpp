@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#include "../core/json_writer.h"
+#include "json_writer.h"
 #include "module_context.h"
 #include "ridgescope/cuda_trace.h"
 

@@ -14,8 +14,8 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/profiler/unwind/unwind.h>
 
-#include "../core/byte_codec.h"
-#include "../core/json_writer.h"
+#include "byte_codec.h"
+#include "json_writer.h"
 
 namespace ridgescope::sources {
 namespace {

@@ -7,7 +7,7 @@
 #include "cuda_allocator_source.h"
 #include "module_context.h"
 #include "nvml_source.h"
-#include "../core/json_writer.h"
+#include "json_writer.h"
 
 namespace ridgescope::sources {
 namespace {

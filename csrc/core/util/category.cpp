@@ -2,8 +2,6 @@
 
 #include <array>
 
-#include "ridgescope/event.h"
-
 namespace ridgescope {
 namespace {
 constexpr std::array<std::string_view, kCategoryCount> kNames = {
@@ -28,26 +26,6 @@ bool parse_category(std::string_view name, Category* out) noexcept {
 
 Category category_from_byte(std::uint8_t value) noexcept {
   return value < kCategoryCount ? static_cast<Category>(value) : Category::Unknown;
-}
-
-std::string_view event_kind_name(EventKind kind) noexcept {
-  switch (kind) {
-    case EventKind::Alloc: return "alloc";
-    case EventKind::Free: return "free";
-    case EventKind::SegmentAlloc: return "segment_alloc";
-    case EventKind::SegmentFree: return "segment_free";
-    case EventKind::Tag: return "tag";
-    case EventKind::PhaseBegin: return "phase_begin";
-    case EventKind::PhaseEnd: return "phase_end";
-    case EventKind::Step: return "step";
-    case EventKind::Oom: return "oom";
-    case EventKind::Sample: return "sample";
-    case EventKind::String: return "string";
-    case EventKind::Metadata: return "metadata";
-    case EventKind::Frame: return "frame";
-    case EventKind::Stack: return "stack";
-  }
-  return "unknown_kind";
 }
 
 }  // namespace ridgescope

@@ -14,7 +14,7 @@
 #include <torch/optim/sgd.h>
 #include <torch/version.h>
 
-#include "../core/json_writer.h"
+#include "json_writer.h"
 #include "tracking_session.h"
 
 namespace ridgescope {
