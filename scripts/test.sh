@@ -1,24 +1,38 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs every test: the Catch2 core tests (no torch) and pytest.
+# Sets everything up, then runs every test: the layer rule, the Catch2 core tests (also from a
+# tree without torch), the C++ package and its Catch2 tests with libtorch, the C++ example
+# trainer (installed package and add_subdirectory), the C++ package from a plain libtorch, and
+# pytest on both cores. Arguments go to pytest.
+#
+# One build tree, build/py, holds the Python module (scripts/setup.sh builds it), the core tests,
+# libridgescope and its tests: each core and torch-layer source is compiled once there. The
+# other trees exist because what they check needs them (no torch; a consumer of the installed
+# package; add_subdirectory; another libtorch); they start clean and ccache serves them the
+# objects build/py already compiled. Build folders are kept between runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+start=$SECONDS
+section_start=$SECONDS
+section() {
+  printf '== [%4ds, previous section %ds] %s ==\n' "$((SECONDS - start))" "$((SECONDS - section_start))" "$*"
+  section_start=$SECONDS
+}
+section "set-up (scripts/setup.sh --tests)"
+bash scripts/setup.sh --tests
 
-echo "== C++ core tests (Catch2, no torch) =="
+section "C++ in build/py: the core tests, libridgescope, its Catch2 tests with libtorch, install"
+cmake -S . -B build/py -DRIDGESCOPE_BUILD_TESTS=ON -DRIDGESCOPE_INSTALL_CPP=ON >/dev/null
+cmake --build build/py
+ctest --test-dir build/py --output-on-failure
+rm -rf build/cpp-install && cmake --install build/py --component cpp --prefix "$PWD/build/cpp-install" >/dev/null
+
+section "C++ core tests from a tree without torch or Python (build/core)"
 cmake -S . -B build/core -G Ninja -DRIDGESCOPE_BUILD_TORCH=OFF -DRIDGESCOPE_BUILD_TESTS=ON \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/core
 ctest --test-dir build/core --output-on-failure
 
-echo "== C++ package: libridgescope, its Catch2 tests (with libtorch), install =="
-cmake -S . -B build/cpp -G Ninja -DCMAKE_BUILD_TYPE=Release -DRIDGESCOPE_INSTALL_CPP=ON \
-  -DRIDGESCOPE_BUILD_TESTS=ON -DPython_EXECUTABLE="$PWD/.venv/bin/python" \
-  -DCMAKE_INSTALL_PREFIX="$PWD/build/cpp-install" >/dev/null
-cmake --build build/cpp
-ctest --test-dir build/cpp --output-on-failure -R ridgescope_torch_tests
-rm -rf build/cpp-install && cmake --install build/cpp >/dev/null
-
-echo "== C++ example trainer, from a clean build directory: installed package, then add_subdirectory =="
+section "C++ example trainer, from clean build directories: installed package, then add_subdirectory"
 rm -rf build/example build/example-src
 cmake -S examples/cpp -B build/example -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -Dridgescope_DIR="$PWD/build/cpp-install/lib/cmake/ridgescope" >/dev/null
@@ -28,10 +42,11 @@ cmake -S examples/cpp -B build/example-src -G Ninja -DCMAKE_BUILD_TYPE=Release \
 cmake --build build/example-src
 (cd build/example && ./train_mlp --out run --steps 2)
 
-echo "== C++ package from a plain libtorch (the torch 2.13.0 CPU wheel, unpacked), no Python =="
+section "C++ package from a plain libtorch (the torch 2.13.0 CPU wheel, unpacked), no Python"
 bash scripts/libtorch_build.sh
 
-echo "== Python tests (pytest) =="
+section "Python tests (pytest, both cores)"
 RIDGESCOPE_CPP_TRAINER="$PWD/build/example/train_mlp" \
 RIDGESCOPE_CPP_CONVNET="$PWD/build/convnet/train_convnet" RIDGESCOPE_CPP_CONVNET_TORCH=2.13.0 \
-  .venv/bin/python -m pytest -q -p no:cacheprovider tests/python "$@"
+  .venv/bin/python -m pytest -q -p no:cacheprovider -n "${RIDGESCOPE_TEST_WORKERS:-2}" tests/python "$@"
+section "done"
