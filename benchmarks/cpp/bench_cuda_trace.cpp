@@ -2,7 +2,7 @@
 // (docs/performance.md "CUDA source: cost per trace entry"). Torch calls the source's static
 // trampoline (csrc/torch/cuda_allocator_source.cpp) for every trace entry, on the allocating
 // thread, under its device lock; in a live session the trampoline copies the entry's fields,
-// takes its own leaf mutex, runs CudaTraceTranslator::translate() (csrc/core/cuda_trace.cpp) into
+// takes its own leaf mutex, runs CudaTraceTranslator::translate() (csrc/core/allocator/cuda_trace.cpp) into
 // a reused event buffer and hands each event to Recorder::record(). This benchmark runs that same
 // sequence, minus torch, over a pre-generated stream of entries from a GPT-like training step.
 //

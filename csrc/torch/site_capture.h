@@ -3,7 +3,7 @@
 //
 //   * the innermost frame of the user's Python code (skipping torch, ridgescope and the
 //     standard library), read from the allocating thread's own frame chain by the Python
-//     frame walker (csrc/torch/python_frames.cpp, installed by the Python module; a C++
+//     frame walker (csrc/torch_python/python_frames.cpp, installed by the Python module; a C++
 //     trainer has none). It never takes the GIL: see python_frames.h for why reading the
 //     thread's own frames is safe while it is inside a C call;
 //   * during backward, where no Python code runs inside the autograd engine, the autograd node

@@ -1,4 +1,4 @@
-"""Checks csrc/torch/python_frames.cpp on the Python running this script (docs/sites.md): the
+"""Checks csrc/torch_python/python_frames.cpp on the Python running this script (docs/sites.md): the
 walker's frames, read with the GIL released, equal traceback.extract_stack() taken just before,
 through a generator, recursion and a method (qualified names from 3.11 on), and a site-only walk
 gives the innermost frame. Run by scripts/check_python_frames.sh; exit status 0 when they agree.

@@ -2,7 +2,7 @@
 
 What can be checked here: the source is compiled in and linked whenever torch has CUDA, a session
 reports plainly why CUDA blocks are not tracked, and a CPU run never starts it. The translation of
-trace entries is specified in tests/cpp/core/test_cuda_trace.cpp; the figures against a real GPU
+trace entries is specified in tests/cpp/core/allocator/test_cuda_trace.cpp; the figures against a real GPU
 are checked by benchmarks/gpu_check.sh."""
 from __future__ import annotations
 

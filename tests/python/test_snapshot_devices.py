@@ -1,4 +1,4 @@
-"""Specification of reading a snapshot device by device (csrc/core/snapshot_devices.cpp;
+"""Specification of reading a snapshot device by device (csrc/core/snapshot/snapshot_devices.cpp;
 docs/snapshot.md, "Devices"): which devices a snapshot holds memory for (its segments and the
 device_traces lists that replay something may disagree), the per-device summary, the report
 of the device asked for or of the one whose live bytes peaked highest, and the end state the

@@ -92,7 +92,7 @@ void encode_text_record(const Event& e, std::string& out) {
 
 // Timed records (every kind but string and metadata) are the recorder's hot path: one per
 // allocator callback. They are built in a stack buffer and appended once; the bytes are those of
-// docs/trace_format.md (tests/cpp/core/test_record_codec.cpp spells them out).
+// docs/trace_format.md (tests/cpp/core/trace/test_record_codec.cpp spells them out).
 void encode_record(const Event& e, CodecClock& clock, std::string& out) {
   if (e.kind == EventKind::String || e.kind == EventKind::Metadata) {
     encode_text_record(e, out);
