@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 tests=0
 [[ "${1:-}" == "--tests" ]] && tests=1
 
-log() { printf '[setup] %s\n' "$*" >&2; }
+log() { printf '[setup %4ds] %s\n' "$SECONDS" "$*" >&2; }
 
 # 1. Debian packages: compilers, CMake, Ninja, ccache (every configure uses it), Abseil (shared
 #    libraries), venv support when the system Python lacks it; for the tests also Catch2 (v2 or
@@ -52,38 +52,35 @@ if ! "$py" -c "import sys, setuptools; sys.exit(int(setuptools.__version__.split
   log "installing setuptools>=70.1 and wheel (the editable build)"
   "$py" -m pip install -q --disable-pip-version-check "setuptools>=70.1" wheel
 fi
+# The test tools (--tests only).
 if ((tests)); then
-if ! "$py" -c "import pytest, numpy" 2>/dev/null; then
-  log "installing pytest and numpy"
-  "$py" -m pip install -q --disable-pip-version-check pytest numpy
-fi
+  if ! "$py" -c "import pytest, numpy" 2>/dev/null; then
+    log "installing pytest and numpy"
+    "$py" -m pip install -q --disable-pip-version-check pytest numpy
+  fi
 
-# Python's playwright drives the system Chromium (/usr/bin/chromium) in the HTML report test; it
-# never downloads a browser of its own (that would be `playwright install`, which we never run).
-if ! "$py" -c "import playwright.sync_api" 2>/dev/null; then
-  log "installing playwright"
-  "$py" -m pip install -q --disable-pip-version-check playwright
-fi
+  # Python's playwright drives the system Chromium (/usr/bin/chromium) in the HTML report test; it
+  # never downloads a browser of its own (that would be `playwright install`, which we never run).
+  if ! "$py" -c "import playwright.sync_api" 2>/dev/null; then
+    log "installing playwright"
+    "$py" -m pip install -q --disable-pip-version-check playwright
+  fi
 
-# The frameworks of the integrations' tests (docs/integrations.md): Hugging Face transformers and
-# accelerate, Lightning (both of its packages), TensorBoard, pytest-xdist, and IPython (a notebook's
-# cell). Pinned versions, installed with torch held where step 3 put it (a pip constraint: pip may
-# never replace torch for them). The tests build their models from configs: no model hub is used.
-integrations=(transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6 pytorch-lightning==2.6.6
-              tensorboard==2.21.0 pytest-xdist==3.8.0 ipython==9.18.1)
-if ! "$py" - "${integrations[@]}" <<'EOF' 2>/dev/null
-import sys
-from importlib.metadata import version
-sys.exit(any(version(spec.split("==")[0]) != spec.split("==")[1] for spec in sys.argv[1:]))
-EOF
-then
-  log "installing the integrations' frameworks: ${integrations[*]}"
-  torch_pin="$(mktemp)"
-  "$py" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$torch_pin"
-  "$py" -m pip install -q --disable-pip-version-check -c "$torch_pin" "${integrations[@]}"
-  rm -f "$torch_pin"
+  # The frameworks of the integrations' tests (docs/integrations.md): Hugging Face transformers and
+  # accelerate, Lightning (both of its packages), TensorBoard, pytest-xdist, and IPython (a notebook's
+  # cell). Pinned versions, installed with torch held where step 3 put it (a pip constraint: pip may
+  # never replace torch for them). The tests build their models from configs: no model hub is used.
+  integrations=(transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6 pytorch-lightning==2.6.6
+                tensorboard==2.21.0 pytest-xdist==3.8.0 ipython==9.18.1)
+  pinned='import sys; from importlib.metadata import version; sys.exit(any(version(s.split("==")[0]) != s.split("==")[1] for s in sys.argv[1:]))'
+  if ! "$py" -c "$pinned" "${integrations[@]}" 2>/dev/null; then
+    log "installing the integrations' frameworks: ${integrations[*]}"
+    torch_pin="$(mktemp)"
+    "$py" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$torch_pin"
+    "$py" -m pip install -q --disable-pip-version-check -c "$torch_pin" "${integrations[@]}"
+    rm -f "$torch_pin"
+  fi
 fi
-fi  # tests
 
 # 4. Build and install ridgescope (editable) when its native sources changed.
 stamp_file=build/.stamp-python
