@@ -123,8 +123,8 @@ class SnapshotInference {
   SnapshotInference(const SnapshotInference&) = delete;
   SnapshotInference& operator=(const SnapshotInference&) = delete;
 
-  // The replayed stream of one device, in order. Phase names are ridgescope's ("forward",
-  // "backward", "optimizer_step", "zero_grad", "recompute"; others count as phases too).
+  // The replayed stream of one device, in order. Phase names are ridgescope's (the step
+  // phases of ridgescope/phase.h; others count as phases too).
   void phase_begin(std::string_view name);
   void phase_end(std::string_view name);
   // A block became live. `frames`: its allocation stack (nullptr or empty: none recorded; it
