@@ -191,6 +191,10 @@ struct AllocatorModel::Impl {
   std::uint64_t try_merge(Block* dst, Block* src);
   // get_free_block: best fit from the cached blocks of the request's stream.
   Block* get_free_block(Pool& pool, std::uint64_t size, std::uint64_t stream);
+  // A new segment of `bytes` at the next address, as one free block (the caller accounts for
+  // it). `page` 0: a cudaMalloc segment, its block mapped; else an expandable segment of that
+  // page size, its block unmapped address space.
+  Block* new_segment(Pool& pool, std::uint64_t bytes, std::uint64_t stream, std::uint64_t page);
   // alloc_block: a new segment (cudaMalloc) or new pages of an expandable segment.
   Block* alloc_block(Pool& pool, std::uint64_t size, std::uint64_t alloc_size, std::uint64_t stream,
                      bool is_retry);

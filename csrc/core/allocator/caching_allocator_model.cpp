@@ -84,21 +84,30 @@ Block* AllocatorModel::Impl::alloc_block(Pool& pool, std::uint64_t size, std::ui
   if (fraction_set && st.reserved_bytes + alloc_size > allowed_max) return nullptr;
   if (settings.expandable_segments) return try_allocate_expandable(pool, size, stream);
   if (!device_has_room(alloc_size)) return nullptr;
-  auto seg = std::make_unique<Segment>();
-  seg->base = take_va(alloc_size);
-  seg->size = alloc_size;
-  seg->stream = stream;
-  seg->small = pool.small;
-  auto* b = new Block;
-  b->addr = seg->base;
-  b->size = alloc_size;
-  b->stream = stream;
-  b->segment = seg.get();
-  b->pool = &pool;
-  segments.emplace(seg->base, std::move(seg));
+  Block* b = new_segment(pool, alloc_size, stream, /*page=*/0);
   ++st.device_alloc_count;
   add_reserved(b, alloc_size);
   event(AllocatorSegmentEvent::Kind::Alloc, b->addr, alloc_size, stream);
+  return b;
+}
+
+Block* AllocatorModel::Impl::new_segment(Pool& pool, std::uint64_t bytes, std::uint64_t stream,
+                                         std::uint64_t page) {
+  auto seg = std::make_unique<Segment>();
+  seg->base = take_va(bytes);
+  seg->size = bytes;
+  seg->page = page;
+  seg->stream = stream;
+  seg->small = pool.small;
+  seg->expandable = page != 0;
+  auto* b = new Block;
+  b->addr = seg->base;
+  b->size = bytes;
+  b->stream = stream;
+  b->segment = seg.get();
+  b->pool = &pool;
+  b->mapped = !seg->expandable;
+  segments.emplace(seg->base, std::move(seg));
   return b;
 }
 

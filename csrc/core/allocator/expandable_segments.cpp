@@ -3,8 +3,6 @@
 // space per stream and pool, mapped and unmapped in pages (2 MiB small, large_segment_size
 // large), as torch's ExpandableSegment.
 #include <algorithm>
-#include <memory>
-#include <utility>
 
 #include "caching_allocator.h"
 
@@ -42,21 +40,7 @@ Block* AllocatorModel::Impl::find_expandable_block(Pool& pool, std::uint64_t siz
       std::min(settings.capacity_bytes ? settings.capacity_bytes : kUnlimitedVaBytes, kMaxRequestBytes);
   const std::uint64_t va = round_up(total + total / 8, page);
   if (va < size) return nullptr;  // larger than the address space torch reserves: cannot map
-  auto seg = std::make_unique<Segment>();
-  seg->base = take_va(va);
-  seg->size = va;
-  seg->page = page;
-  seg->stream = stream;
-  seg->small = pool.small;
-  seg->expandable = true;
-  auto* b = new Block;
-  b->addr = seg->base;
-  b->size = va;
-  b->stream = stream;
-  b->segment = seg.get();
-  b->pool = &pool;
-  b->mapped = false;
-  segments.emplace(seg->base, std::move(seg));
+  Block* b = new_segment(pool, va, stream, page);
   pool.unmapped.insert(b);
   return b;
 }

@@ -131,15 +131,17 @@ void SnapshotEmitter::step(std::uint64_t n, std::uint64_t t_ns) {
   record(e);
 }
 
+void SnapshotEmitter::segment(EventKind kind, std::uint64_t addr, std::uint64_t bytes, std::uint64_t t_ns) {
+  Event e = make(kind, t_ns);
+  e.addr = addr;
+  e.bytes = bytes;
+  record(e);
+}
+
 void SnapshotEmitter::emit_start_state() {
   const std::uint64_t t0 = 0;
   if (!doc_.cpu) {
-    for (const auto& [addr, size] : start_.segments) {
-      Event e = make(EventKind::SegmentAlloc, t0);
-      e.addr = addr;
-      e.bytes = size;
-      record(e);
-    }
+    for (const auto& [addr, size] : start_.segments) segment(EventKind::SegmentAlloc, addr, size, t0);
   }
   for (const SnapshotBlock& b : start_.blocks) {
     alloc(b.addr, b.bytes, b.requested, 0, t0, doc_.ours ? std::string(b.module) : where(*b.frames, b.frames_from_free),
@@ -248,19 +250,13 @@ void SnapshotEmitter::end_state() {
     for (const auto& [addr, size] : now) {
       auto it = want.find(addr);
       if (it != want.end() && it->second == size) continue;
-      Event f = make(EventKind::SegmentFree, t);
-      f.addr = addr;
-      f.bytes = size;
-      record(f);
+      segment(EventKind::SegmentFree, addr, size, t);
       ++segments_changed;
     }
     for (const auto& [addr, size] : want) {
       auto it = segments_now.find(addr);
       if (it != segments_now.end() && it->second == size) continue;
-      Event a = make(EventKind::SegmentAlloc, t);
-      a.addr = addr;
-      a.bytes = size;
-      record(a);
+      segment(EventKind::SegmentAlloc, addr, size, t);
       ++segments_changed;
     }
   }

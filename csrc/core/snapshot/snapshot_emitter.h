@@ -54,6 +54,8 @@ class SnapshotEmitter {
  private:
   Event make(EventKind kind, std::uint64_t t_ns) const;
   void record(const Event& e, const SnapshotFrames* frames = nullptr, bool after_trace = false);
+  // A SegmentAlloc or SegmentFree of [addr, addr + bytes) at t_ns, on no stream.
+  void segment(EventKind kind, std::uint64_t addr, std::uint64_t bytes, std::uint64_t t_ns);
   // The category of a block alloc() just recorded. A ridgescope export names it, or says it was
   // inferred from lifetimes (the analysis infers it again from the same phases). For a snapshot
   // PyTorch wrote the inference decides it with hindsight (flush()), from a category the entry
