@@ -74,8 +74,8 @@ void SnapshotEmitter::record(const Event& e, const SnapshotFrames* frames, bool 
 }
 
 void SnapshotEmitter::tag_block(std::uint64_t addr, std::uint64_t t_ns, std::optional<std::string_view> category,
-               const SnapshotFrames* frames, std::string_view label, std::optional<bool> inferred,
-               bool before_trace) {
+                                const SnapshotFrames* frames, std::string_view label, std::optional<bool> inferred,
+                                bool before_trace) {
   ++allocations_;
   std::optional<Category> named;
   if (category) {
@@ -97,7 +97,7 @@ void SnapshotEmitter::tag_block(std::uint64_t addr, std::uint64_t t_ns, std::opt
 }
 
 void SnapshotEmitter::alloc(std::uint64_t addr, std::uint64_t bytes, std::uint64_t requested, std::uint64_t stream,
-           std::uint64_t t_ns, std::string_view module, const SnapshotFrames* frames) {
+                            std::uint64_t t_ns, std::string_view module, const SnapshotFrames* frames) {
   Event e = make(EventKind::Alloc, t_ns);
   if (frames != nullptr) e.stack_id = stacks_.stack_of(*frames);
   e.addr = addr;
