@@ -1,6 +1,6 @@
 // snapshot_inference.h — the category of every block of a snapshot PyTorch wrote, decided from
 // what the snapshot holds: stack frames (Python and C++), lifetimes over the phases, sizes, and
-// the structure of the step (internal to the core; used by snapshot_reader.cpp).
+// the structure of the step (internal to the core; fed by snapshot_sink.cpp).
 //
 // PyTorch's snapshots record addresses, sizes, times and frames but no categories. The reader
 // replays one device's entries as events (alloc, free, phase begin/end); SnapshotInference is an
