@@ -9,7 +9,7 @@
 # Also a script: cmake -DRIDGESCOPE_ROOT=<source tree> -P cmake/RidgescopeLayers.cmake
 #
 #   layer         folder                what it may see (public and private headers)
-#   util          csrc/core/util        -          (categories, clock, byte codec, JSON, formatting)
+#   util          csrc/core/util        -          (categories, phase names, clock, byte codec, JSON, formatting)
 #   trace         csrc/core/trace       util       (events, stacks, recorder, trace reader)
 #   allocator     csrc/core/allocator   trace      (CUDA rounding, trace translation, allocator model)
 #   analysis      csrc/core/analysis    trace      (ledger, analysis passes, forensics, report JSON)
@@ -49,9 +49,9 @@ endforeach()
 set(RIDGESCOPE_CORE_INTERNAL_INTERFACE util)
 
 # include/ridgescope/<header> -> its layer
-set(RIDGESCOPE_PUBLIC_util category.h clock.h)
+set(RIDGESCOPE_PUBLIC_util category.h phase.h clock.h)
 set(RIDGESCOPE_PUBLIC_trace event.h stack.h trace_format.h recorder.h trace_reader.h)
-set(RIDGESCOPE_PUBLIC_allocator cuda_rounding.h cuda_trace.h allocator_model.h)
+set(RIDGESCOPE_PUBLIC_allocator cuda_rounding.h cuda_trace.h allocator_settings.h allocator_model.h)
 set(RIDGESCOPE_PUBLIC_analysis ledger.h forensics.h report.h analysis.h)
 set(RIDGESCOPE_PUBLIC_snapshot snapshot.h)
 set(RIDGESCOPE_PUBLIC_core core.h)

@@ -1,6 +1,6 @@
 // allocator_model_bindings.h — pybind11 conversions for ridgescope/allocator_model.h
 // (_C.AllocatorModel, _C.parse_alloc_conf, _C.simulate_allocator, _C.replay_allocator_actions).
-// Included once by module.cpp; the logic is in csrc/core/allocator_model.cpp, the policy in
+// Included once by module.cpp; the logic is in csrc/core/allocator/, the policy in
 // python/ridgescope/_allocator_model.py. A bad settings string raises ValueError with the
 // parser's message.
 #pragma once

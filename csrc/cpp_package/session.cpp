@@ -15,6 +15,7 @@
 #include <torch/version.h>
 
 #include "json_writer.h"
+#include "ridgescope/phase.h"
 #include "tracking_session.h"
 
 namespace ridgescope {
@@ -22,17 +23,26 @@ namespace ridgescope {
 using detail::JsonWriter;
 using sources::TrackingSession;
 
-std::string_view phase_name(Phase phase) noexcept {
+namespace {
+
+PhaseKind phase_kind(Phase phase) noexcept {
   switch (phase) {
-    case Phase::Forward: return "forward";
-    case Phase::Backward: return "backward";
-    case Phase::OptimizerStep: return "optimizer_step";
-    case Phase::ZeroGrad: return "zero_grad";
-    case Phase::Checkpoint: return "checkpoint";
-    case Phase::Eval: return "eval";
-    case Phase::Data: return "data";
+    case Phase::Forward: return PhaseKind::Forward;
+    case Phase::Backward: return PhaseKind::Backward;
+    case Phase::OptimizerStep: return PhaseKind::OptimizerStep;
+    case Phase::ZeroGrad: return PhaseKind::ZeroGrad;
+    case Phase::Checkpoint: return PhaseKind::Checkpoint;
+    case Phase::Eval: return PhaseKind::Eval;
+    case Phase::Data: return PhaseKind::Data;
   }
-  return "unknown";
+  return PhaseKind::Other;
+}
+
+}  // namespace
+
+std::string_view phase_name(Phase phase) noexcept {
+  const std::string_view name = builtin_phase_name(phase_kind(phase));
+  return name.empty() ? std::string_view("unknown") : name;
 }
 
 namespace {
@@ -148,14 +158,15 @@ struct Session::Impl {
   }
 
   void end(const std::string& name) {
-    if (name == "backward") native->tag_gradients();
-    if (name == "optimizer_step") {
+    const PhaseKind kind = parse_phase_kind(name);
+    if (kind == PhaseKind::Backward) native->tag_gradients();
+    if (kind == PhaseKind::OptimizerStep) {
       native->tag_gradients();
       tag_optimizer_state();
     }
     native->phase_end(native->intern(name));
     native->sample_allocator();
-    if (name == "optimizer_step") native->step(steps++);
+    if (kind == PhaseKind::OptimizerStep) native->step(steps++);
   }
 };
 

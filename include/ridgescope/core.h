@@ -5,6 +5,7 @@
 
 #include "ridgescope/analysis.h"
 #include "ridgescope/category.h"
+#include "ridgescope/phase.h"
 #include "ridgescope/clock.h"
 #include "ridgescope/event.h"
 #include "ridgescope/ledger.h"

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "format_bytes.h"
+#include "ridgescope/phase.h"
 
 namespace ridgescope {
 
@@ -146,7 +147,7 @@ Verdict explain_oom(const OomContext& c) {
                    "more segments; some requests round up further"}};
     return v;
   }
-  if (c.phase == "optimizer_step" && c.first_optimizer_step) {
+  if (parse_phase_kind(c.phase) == PhaseKind::OptimizerStep && c.first_optimizer_step) {
     v.kind = "lazy_optimizer_state";
     v.summary = "The first optimizer step failed while creating optimizer state lazily (" +
                 format_bytes(c.optimizer_state_created + c.request_bytes) +
@@ -157,7 +158,7 @@ Verdict explain_oom(const OomContext& c) {
     v.remedies = remedies_for(Category::OptimizerState);
     return v;
   }
-  if (c.phase == "checkpoint") {
+  if (parse_phase_kind(c.phase) == PhaseKind::Checkpoint) {
     v.kind = "checkpoint_staging";
     v.summary = "Saving a checkpoint needed " + request + " of staging memory on top of training state.";
     v.remedies = {{"Save asynchronously with a bounded staging buffer (torch.distributed.checkpoint async_save), or stage shard by shard",

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "json_writer.h"
+#include "ridgescope/phase.h"
 #include "ridgescope/report.h"
 
 namespace ridgescope {
@@ -396,7 +397,7 @@ std::string report_to_json(const Report& r) {
   opt_double("measured", m.measured_persistent_bytes_per_parameter);
   w.key("measured_at");
   if (m.measured_at_step) {
-    w.begin_object().field("step", *m.measured_at_step).field("phase", "optimizer_step");
+    w.begin_object().field("step", *m.measured_at_step).field("phase", builtin_phase_name(PhaseKind::OptimizerStep));
     w.field("at", "end").end_object();
   } else {
     w.null();

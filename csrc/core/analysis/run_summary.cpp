@@ -2,6 +2,7 @@
 
 #include "json_value.h"
 #include "json_writer.h"
+#include "ridgescope/phase.h"
 
 namespace ridgescope::detail {
 namespace {
@@ -93,9 +94,9 @@ void summarise_run(Report& r) {
   // Without a declared capacity, the driver's total is the device's capacity.
   if (!r.device_capacity_bytes && r.driver_view.total_bytes > 0) r.device_capacity_bytes = r.driver_view.total_bytes;
 
-  const PhaseStats* opt = last_complete(r, "optimizer_step");
+  const PhaseStats* opt = last_complete(r, builtin_phase_name(PhaseKind::OptimizerStep));
   for (const auto& s : r.steps)
-    for (const auto& p : s.phases) r.optimizer.steps += p.phase == "optimizer_step";
+    for (const auto& p : s.phases) r.optimizer.steps += parse_phase_kind(p.phase) == PhaseKind::OptimizerStep;
   r.optimizer.state_bytes = (opt ? opt->end_by_category : r.final_by_category)[category_index(Category::OptimizerState)];
 
   ModelSummary& m = r.model;

@@ -18,6 +18,7 @@
 
 #include "pickle_reader.h"
 #include "ridgescope/snapshot.h"
+#include "snapshot_entries.h"
 #include "snapshot_replay.h"
 
 namespace ridgescope {
@@ -53,15 +54,6 @@ class TempTrace {
   std::string path_;
 };
 
-// Actions that replay something (torch's snapshot format, docs/snapshot.md).
-bool replays(std::string_view action) {
-  for (std::string_view a : {"alloc", "free_requested", "free_completed", "free", "segment_alloc", "segment_free",
-                             "segment_map", "segment_unmap", "oom"}) {
-    if (action == a) return true;
-  }
-  return false;
-}
-
 
 struct ParsedSnapshot {
   std::string bytes;
@@ -96,7 +88,8 @@ constexpr std::uint64_t kMaxDevices = 32768;
 // one huge list through the memo are a decompression bomb, refused.
 std::map<int, std::uint64_t> snapshot_devices(const PickleValue& root, std::uint64_t file_bytes) {
   std::map<int, std::uint64_t> out;
-  std::uint64_t budget = 4 * file_bytes + 65536;
+  detail::VisitBudget budget(file_bytes);  // (one budget for the scan; each replay then has its own)
+  const std::string where = "device_traces";
   const PickleValue* segments = root.is_list_like() ? &root : root.is_dict() ? root.get("segments") : nullptr;
   if (segments != nullptr && segments->is_list_like()) {
     for (const PickleValue& s : segments->list()) {
@@ -113,14 +106,9 @@ std::map<int, std::uint64_t> snapshot_devices(const PickleValue& root, std::uint
       const PickleValue& t = traces->list()[i];
       if (!t.is_list_like()) continue;
       for (const PickleValue& e : t.list()) {
-        if (budget-- == 0) {  // (one budget for the scan; each replay then has its own)
-          throw SnapshotError("not a usable torch memory snapshot: device_traces makes the snapshot reference more "
-                              "items than its bytes can hold (the same lists referenced many times over: a "
-                              "decompression bomb?)",
-                              0);
-        }
+        budget.take(1, where);
         const PickleValue* a = e.is_dict() ? e.get("action") : nullptr;
-        if (a != nullptr && a->is_str() && replays(a->str())) {
+        if (a != nullptr && a->is_str() && detail::replays(detail::parse_entry_action(a->str()))) {
           if (i >= kMaxDevices) too_many_devices(i);
           out.try_emplace(static_cast<int>(i), 0);
           break;
@@ -131,7 +119,7 @@ std::map<int, std::uint64_t> snapshot_devices(const PickleValue& root, std::uint
   // Each device's replay walks every segment: many devices over many segments is more work
   // than a file of this size can ask for.
   const std::uint64_t n_segments = segments != nullptr && segments->is_list_like() ? segments->list().size() : 0;
-  if (out.size() > 1 && out.size() * (n_segments + 1) > 4 * file_bytes + 65536) {
+  if (out.size() > 1 && out.size() * (n_segments + 1) > detail::VisitBudget::allowance(file_bytes)) {
     throw SnapshotError("not a usable torch memory snapshot: " + std::to_string(out.size()) + " devices over " +
                             std::to_string(n_segments) + " segments is more than its " + std::to_string(file_bytes) +
                             " bytes can hold (each device is replayed on its own)",

@@ -81,7 +81,7 @@ std::string python_frame_text(const SnapshotFrame& f) {
   return std::string(base_name(f.filename)) + ":" + std::to_string(f.line) + " " + std::string(f.name);
 }
 
-std::string_view phase_from_frames(const SnapshotFrames& frames) {
+PhaseKind phase_from_frames(const SnapshotFrames& frames) {
   bool zero_grad = false, optimizer = false, backward = false, forward = false;
   for (const SnapshotFrame& f : frames) {
     if (contains(f.name, "zero_grad")) zero_grad = true;
@@ -93,11 +93,11 @@ std::string_view phase_from_frames(const SnapshotFrames& frames) {
     }
     if (is_module_call(f) || f.name == "forward") forward = true;
   }
-  if (zero_grad) return "zero_grad";
-  if (optimizer) return "optimizer_step";
-  if (backward) return "backward";
-  if (forward) return "forward";
-  return {};
+  if (zero_grad) return PhaseKind::ZeroGrad;
+  if (optimizer) return PhaseKind::OptimizerStep;
+  if (backward) return PhaseKind::Backward;
+  if (forward) return PhaseKind::Forward;
+  return PhaseKind::Other;
 }
 
 std::string where_from_frames(const SnapshotFrames& frames) {

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ridgescope/phase.h"
+
 namespace ridgescope::detail {
 
 // One stack frame of a snapshot entry (torch lists them innermost first). The views point into
@@ -23,8 +25,8 @@ using SnapshotFrames = std::vector<SnapshotFrame>;
 
 // The phase a stack names, innermost decisive frame kinds in this order: zero_grad, the
 // optimizer (torch/optim/), backward (Tensor.backward, autograd's engine), forward (an
-// nn.Module call or a `forward`); "" when no frame decides.
-std::string_view phase_from_frames(const SnapshotFrames& frames);
+// nn.Module call or a `forward`); PhaseKind::Other when no frame decides.
+PhaseKind phase_from_frames(const SnapshotFrames& frames);
 
 // Where a block was made, for labels: the user frame that called the outermost module, then
 // the module path, one `forward` frame per nn.Module call (`_call_impl` frames of

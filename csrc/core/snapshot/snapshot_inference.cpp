@@ -14,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
+#include "ridgescope/phase.h"
 
 namespace ridgescope::detail {
 namespace {
@@ -30,12 +31,14 @@ enum PhaseBit : std::uint32_t {
 };
 
 std::uint32_t phase_bit(std::string_view name) {
-  if (name == "forward") return kForward;
-  if (name == "backward") return kBackward;
-  if (name == "optimizer_step") return kOptimizer;
-  if (name == "zero_grad") return kZeroGrad;
-  if (name == "recompute") return kRecompute;
-  return kOtherPhase;
+  switch (parse_phase_kind(name)) {
+    case PhaseKind::Forward: return kForward;
+    case PhaseKind::Backward: return kBackward;
+    case PhaseKind::OptimizerStep: return kOptimizer;
+    case PhaseKind::ZeroGrad: return kZeroGrad;
+    case PhaseKind::Recompute: return kRecompute;
+    default: return kOtherPhase;
+  }
 }
 
 struct UserRule {
@@ -389,7 +392,7 @@ struct SnapshotInference::Impl {
   // cache, still held.
   bool rule_forward_frames(Block& b) {
     if (!b.before_trace || !b.has_frames() || b.lifetime_end() != kNever) return false;
-    if (phase_from_frames(*b.frames) != "forward") return false;
+    if (phase_from_frames(*b.frames) != PhaseKind::Forward) return false;
     decide(b, Category::Activation, InferenceRule::ForwardFrames, where_from_frames(*b.frames));
     return true;
   }
@@ -511,7 +514,7 @@ struct SnapshotInference::Impl {
     saw_forward = !forward_begins.empty();
     for (const Block& b : blocks) {
       if (saw_forward) break;
-      saw_forward = b.has_frames() && phase_from_frames(*b.frames) == "forward";
+      saw_forward = b.has_frames() && phase_from_frames(*b.frames) == PhaseKind::Forward;
     }
     for (Block& b : blocks) {
       if (rule_recorded(b) || !b.has_frames()) continue;

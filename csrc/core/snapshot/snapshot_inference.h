@@ -1,6 +1,6 @@
 // snapshot_inference.h — the category of every block of a snapshot PyTorch wrote, decided from
 // what the snapshot holds: stack frames (Python and C++), lifetimes over the phases, sizes, and
-// the structure of the step (internal to the core; used by snapshot_reader.cpp).
+// the structure of the step (internal to the core; fed by snapshot_sink.cpp).
 //
 // PyTorch's snapshots record addresses, sizes, times and frames but no categories. The reader
 // replays one device's entries as events (alloc, free, phase begin/end); SnapshotInference is an
@@ -123,8 +123,8 @@ class SnapshotInference {
   SnapshotInference(const SnapshotInference&) = delete;
   SnapshotInference& operator=(const SnapshotInference&) = delete;
 
-  // The replayed stream of one device, in order. Phase names are ridgescope's ("forward",
-  // "backward", "optimizer_step", "zero_grad", "recompute"; others count as phases too).
+  // The replayed stream of one device, in order. Phase names are ridgescope's (the step
+  // phases of ridgescope/phase.h; others count as phases too).
   void phase_begin(std::string_view name);
   void phase_end(std::string_view name);
   // A block became live. `frames`: its allocation stack (nullptr or empty: none recorded; it
