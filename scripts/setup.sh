@@ -88,7 +88,7 @@ fi  # tests
 # 4. Build and install ridgescope (editable) when its native sources changed.
 stamp_file=build/.stamp-python
 mkdir -p build
-stamp=$( (find csrc include cmake -type f -print0 | sort -z | xargs -0 cat; cat CMakeLists.txt setup.py pyproject.toml) | sha256sum | cut -d' ' -f1)
+stamp=$( (find csrc include cmake -type f -print0 | sort -z | xargs -0 cat; cat CMakeLists.txt setup.py pyproject.toml python/ridgescope/_version.py) | sha256sum | cut -d' ' -f1)
 if [[ ! -f "$stamp_file" || "$(cat "$stamp_file")" != "$stamp" ]] || ! "$py" -c "import ridgescope._C" 2>/dev/null; then
   log "building ridgescope (C++ core, torch sources, Python module)"
   CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$py" -m pip install -q --disable-pip-version-check \
