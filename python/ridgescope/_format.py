@@ -5,7 +5,7 @@ from . import _C
 def format_bytes(n: int) -> str:
     """Bytes as a person reads them: ``format_bytes(1536) == '1.50 KiB'``. The rule is C++'s
     (csrc/core/util/format_bytes.h, the one definition; the HTML pages' copy is
-    _reporters/_html_assets/format.js); a negative count is its magnitude with a minus sign."""
+    _reporters/_html_assets/common.js); a negative count is its magnitude with a minus sign."""
     return "-" + _C.format_bytes(-n) if n < 0 else _C.format_bytes(n)
 
 

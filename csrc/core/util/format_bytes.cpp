@@ -1,6 +1,6 @@
 // format_bytes.cpp — bytes as a person reads them: the one definition of the rule. The reports'
 // texts (C++), the Python reporters (through _C.format_bytes) and the HTML pages (whose
-// _reporters/_html_assets/format.js repeats it, checked against this by
+// _reporters/_html_assets/common.js repeats it, checked against this by
 // tests/python/test_format_bytes.py) all print what this prints.
 #include "format_bytes.h"
 

@@ -303,7 +303,6 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
     out = _header_and_peak_lines(d)
     p = d["peak"]
     steps = d["steps"]
-    snap = d.get("snapshot")
 
     if p["top_blocks"]:
         out.append("Largest blocks live at the peak:")

@@ -53,6 +53,14 @@
     if (parent) parent.appendChild(e);
     return e;
   }
+  // A colour swatch and its text, appended to `parent` (legends, category and phase cells).
+  function swatched(parent, color, text) {
+    var sw = el('span', { 'class': 'rs-swatch' });
+    sw.style.background = color;
+    parent.appendChild(sw);
+    parent.appendChild(document.createTextNode(text));
+    return sw;
+  }
   function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
   function kv(dl, key, value) {
     dl.appendChild(el('dt', null, key));

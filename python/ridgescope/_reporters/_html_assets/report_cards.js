@@ -35,10 +35,7 @@
       any = true;
       var tr = el('tr', { 'data-category': c, 'data-bytes': String(b) });
       var td = el('td');
-      var sw = el('span', { 'class': 'rs-swatch' });
-      sw.style.background = colorOf(c);
-      td.appendChild(sw);
-      td.appendChild(document.createTextNode(c + (p.inferred_by_category[c] ? ' (partly inferred)' : '')));
+      swatched(td, colorOf(c), c + (p.inferred_by_category[c] ? ' (partly inferred)' : ''));
       tr.appendChild(td);
       tr.appendChild(el('td', { 'class': 'rs-num' }, fmtBytes(b)));
       tr.appendChild(el('td', { 'class': 'rs-num' }, p.bytes ? (100 * b / p.bytes).toFixed(1) + '%' : ''));

@@ -265,10 +265,7 @@
       if (!b) return;
       var tr = el('tr');
       var td = el('td');
-      var sw = el('span', { 'class': 'rs-swatch' });
-      sw.style.background = colorOf(c);
-      td.appendChild(sw);
-      td.appendChild(document.createTextNode(c));
+      swatched(td, colorOf(c), c);
       tr.appendChild(td);
       tr.appendChild(el('td', { 'class': 'rs-num' }, fmtBytes(b)));
       tbl.appendChild(tr);
@@ -314,10 +311,7 @@
       var arr = T.max_by_category[c] || [];
       if (!arr.some(function (v) { return v > 0; })) return;
       var item = el('span', { 'data-category': c });
-      var sw = el('span', { 'class': 'rs-swatch' });
-      sw.style.background = colorOf(c);
-      item.appendChild(sw);
-      item.appendChild(document.createTextNode(c));
+      swatched(item, colorOf(c), c);
       box.appendChild(item);
     });
     var lines = [['#24292f', 'reserved'], ['#ffffff', 'lowest in column (dashed)']];
@@ -333,11 +327,7 @@
     Object.keys(PHASE_COLORS).forEach(function (ph) {
       if (!PHASES.some(function (p) { return p.phase === ph; })) return;
       var item = el('span');
-      var sw = el('span', { 'class': 'rs-swatch' });
-      sw.style.background = PHASE_COLORS[ph];
-      sw.style.opacity = '0.85';
-      item.appendChild(sw);
-      item.appendChild(document.createTextNode('phase ' + ph));
+      swatched(item, PHASE_COLORS[ph], 'phase ' + ph).style.opacity = '0.85';
       box.appendChild(item);
     });
   }

@@ -37,10 +37,7 @@
       var tr = el('tr', { 'data-bytes': String(s.bytes), 'data-category': s.category, 'data-site': s.site });
       cell(tr, s.site, false, { title: s.frame !== null && s.frame !== undefined ? frameTitle(s.frame) : s.site });
       var td = cell(tr, '');
-      var sw = el('span', { 'class': 'rs-swatch' });
-      sw.style.background = colorOf(s.category);
-      td.appendChild(sw);
-      td.appendChild(document.createTextNode(s.category));
+      swatched(td, colorOf(s.category), s.category);
       cell(tr, fmtBytes(s.bytes), true, { title: fmtInt(s.bytes) + ' bytes' });
       cell(tr, s.blocks, true);
       cell(tr, R.peak.bytes ? (100 * s.bytes / R.peak.bytes).toFixed(1) + '%' : '', true);

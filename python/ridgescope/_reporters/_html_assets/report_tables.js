@@ -53,10 +53,7 @@
                             'data-peak-bytes': String(p.peak_bytes) });
         var name = el('td');
         name.style.paddingLeft = (18 + 14 * p.depth) + 'px';
-        var sw = el('span', { 'class': 'rs-swatch' });
-        sw.style.background = phaseColor(p.phase);
-        name.appendChild(sw);
-        name.appendChild(document.createTextNode(p.phase + (p.index ? ' #' + p.index : '') + (p.complete ? '' : ' (incomplete)')));
+        swatched(name, phaseColor(p.phase), p.phase + (p.index ? ' #' + p.index : '') + (p.complete ? '' : ' (incomplete)'));
         pr.appendChild(name);
         cell(pr, fmtMs(p.begin_time_ns), true);
         cell(pr, fmtMs(p.end_time_ns), true);
@@ -85,10 +82,7 @@
       var tr = el('tr', { 'data-bytes': String(b.bytes), 'data-category': b.category });
       cell(tr, fmtBytes(b.bytes), true, { title: fmtInt(b.bytes) + ' bytes' });
       var td = cell(tr, '');
-      var sw = el('span', { 'class': 'rs-swatch' });
-      sw.style.background = colorOf(b.category);
-      td.appendChild(sw);
-      td.appendChild(document.createTextNode(b.category + (b.inferred ? ' (inferred)' : '')));
+      swatched(td, colorOf(b.category), b.category + (b.inferred ? ' (inferred)' : ''));
       cell(tr, b.label);
       cell(tr, b.module || '—');
       cell(tr, b.site || '—', false, { 'class': 'rs-site' });
@@ -130,10 +124,7 @@
       var tr = el('tr', { 'data-bytes': String(l.bytes), 'data-category': l.category });
       cell(tr, l.label);
       var td = cell(tr, '');
-      var sw = el('span', { 'class': 'rs-swatch' });
-      sw.style.background = colorOf(l.category);
-      td.appendChild(sw);
-      td.appendChild(document.createTextNode(l.category));
+      swatched(td, colorOf(l.category), l.category);
       cell(tr, fmtBytes(l.bytes), true, { title: fmtInt(l.bytes) + ' bytes' });
       cell(tr, l.blocks, true);
       tb.appendChild(tr);
