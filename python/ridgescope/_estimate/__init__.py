@@ -5,10 +5,11 @@ shape, dtype and strides, autograd saves what it really saves, and no memory is 
 7B model costs a few hundred MiB of Python objects). Full training steps run on them (zero_grad,
 forward, backward, optimizer step, including the first step's lazy optimizer state) with the
 same instrumentation as a tracked run (``_instrument.Instrumentation``: the same phases, labels,
-categories and tags), but its native side is ``_DryNative`` (``_dry_native.py``): a dispatch mode sees every
-new storage an op returns (exact bytes), a weak-reference finalizer sees it die, and both are
-written as alloc and free events into an ordinary ``.rstrace`` through ``_C.TraceWriter``. The
-normal analysis reads that trace, so the Report has the same shape as a tracked run's.
+categories and tags), but its native side is ``_DryNative`` (``_dry_native.py``): a dispatch
+mode sees every new storage an op returns (exact bytes), a weak-reference finalizer sees it die,
+and both are written as alloc and free events into an ordinary ``.rstrace`` through
+``_C.TraceWriter``. The normal analysis reads that trace, so the Report has the same shape as a
+tracked run's.
 
 For a CUDA target the fake tensors run on the CPU device (the autograd engine cannot run fake
 CUDA tensors on a machine without a GPU), with CUDA's choices emulated where they change
