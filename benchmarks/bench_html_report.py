@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     import ridgescope
-    from ridgescope._html import HTML_TIMELINE_COLUMNS, render_html
+    from ridgescope._reporters._html import HTML_TIMELINE_COLUMNS, render_html
     from ridgescope._report import Report
 
     with tempfile.TemporaryDirectory(prefix="rs-bench-html-") as tmp:

@@ -4,9 +4,9 @@
 # C++ or build file changed).
 #
 #   bash scripts/setup.sh            what the demo needs: compilers, CMake, Ninja, ccache, Abseil,
-#                                    .venv with torch, the editable build (scripts/demo.sh)
+#                                    .venv with torch and numpy, the editable build (scripts/demo.sh)
 #   bash scripts/setup.sh --tests    and what the tests need: Catch2, Chromium, unzip, pytest,
-#                                    numpy, Playwright, the integrations' frameworks (scripts/test.sh)
+#                                    Playwright, the integrations' frameworks (scripts/test.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests=0
@@ -40,7 +40,7 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 py=.venv/bin/python
 
-# 3. torch 2.14.1, and the test tools.
+# 3. torch 2.14.1 and numpy, and the test tools.
 if ! "$py" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.14.1')" 2>/dev/null; then
   log "installing torch 2.14.1 (a CUDA build; large on first install)"
   "$py" -m pip install -q --disable-pip-version-check torch==2.14.1
@@ -52,11 +52,18 @@ if ! "$py" -c "import sys, setuptools; sys.exit(int(setuptools.__version__.split
   log "installing setuptools>=70.1 and wheel (the editable build)"
   "$py" -m pip install -q --disable-pip-version-check "setuptools>=70.1" wheel
 fi
+# numpy: the demo needs nothing else, but torch warns at its import without it ("Failed to
+# initialize NumPy"), and the demo's output should be ridgescope's alone; rs.estimate's sweep
+# fits with it.
+if ! "$py" -c "import numpy" 2>/dev/null; then
+  log "installing numpy"
+  "$py" -m pip install -q --disable-pip-version-check numpy
+fi
 # The test tools (--tests only).
 if ((tests)); then
-  if ! "$py" -c "import pytest, numpy" 2>/dev/null; then
-    log "installing pytest and numpy"
-    "$py" -m pip install -q --disable-pip-version-check pytest numpy
+  if ! "$py" -c "import pytest" 2>/dev/null; then
+    log "installing pytest"
+    "$py" -m pip install -q --disable-pip-version-check pytest
   fi
 
   # Python's playwright drives the system Chromium (/usr/bin/chromium) in the HTML report test; it
@@ -85,7 +92,7 @@ fi
 # 4. Build and install ridgescope (editable) when its native sources changed.
 stamp_file=build/.stamp-python
 mkdir -p build
-stamp=$( (find csrc include cmake -type f -print0 | sort -z | xargs -0 cat; cat CMakeLists.txt setup.py pyproject.toml) | sha256sum | cut -d' ' -f1)
+stamp=$( (find csrc include cmake -type f -print0 | sort -z | xargs -0 cat; cat CMakeLists.txt setup.py pyproject.toml python/ridgescope/_version.py) | sha256sum | cut -d' ' -f1)
 if [[ ! -f "$stamp_file" || "$(cat "$stamp_file")" != "$stamp" ]] || ! "$py" -c "import ridgescope._C" 2>/dev/null; then
   log "building ridgescope (C++ core, torch sources, Python module)"
   CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$py" -m pip install -q --disable-pip-version-check \

@@ -4,12 +4,16 @@
 
 #include "ridgescope/analysis.h"
 #include "ridgescope/category.h"
+#include "ridgescope/cuda_rounding.h"
+#include "ridgescope/cuda_workspace.h"
+#include "ridgescope/forensics.h"
 #include "ridgescope/snapshot.h"
 #include "ridgescope/recorder.h"
 #include "ridgescope/trace_format.h"
 #include "ridgescope/trace_reader.h"
 #include "cpu_allocator_source.h"
 #include "cuda_allocator_source.h"
+#include "format_bytes.h"
 #include "python_frames.h"
 #include "site_capture.h"
 #include "tracking_session.h"
@@ -139,6 +143,23 @@ PYBIND11_MODULE(_C, m) {
     names.append(std::string(ridgescope::category_name(static_cast<Category>(i))));
   }
   m.attr("CATEGORIES") = names;
+
+  // The rules and constants Python shares with C++ (one definition each, here exported).
+  m.attr("VERSION") = RIDGESCOPE_VERSION;  // python/ridgescope/_version.py, read by CMake
+  m.attr("TRACE_MAGIC") = py::bytes(ridgescope::trace_format::kFileMagic, sizeof ridgescope::trace_format::kFileMagic);
+  m.attr("CUDA_MIN_BLOCK_BYTES") = ridgescope::kCudaMinBlockSize;
+  m.attr("CUDA_SMALL_POOL_REQUEST_BYTES") = ridgescope::FreeSpace::kSmallPoolRequestBytes;
+  m.attr("CUBLAS_DEFAULT_WORKSPACE_BYTES") = ridgescope::kCublasDefaultWorkspaceBytes;
+  m.attr("CUBLAS_HOPPER_WORKSPACE_BYTES") = ridgescope::kCublasHopperWorkspaceBytes;
+  m.attr("CUBLASLT_DEFAULT_WORKSPACE_BYTES") = ridgescope::kCublasLtDefaultWorkspaceBytes;
+  py::list stack_modes;
+  for (auto mode : {ridgescope::sources::StackMode::Site, ridgescope::sources::StackMode::Python,
+                    ridgescope::sources::StackMode::All, ridgescope::sources::StackMode::Off}) {
+    stack_modes.append(ridgescope::sources::stack_mode_name(mode));
+  }
+  m.attr("STACK_MODES") = py::tuple(stack_modes);  // rs.track(stacks=...), the default first
+  m.def("format_bytes", &ridgescope::detail::format_bytes, py::arg("nbytes"),
+        "Bytes as a person reads them: format_bytes(1536) == '1.50 KiB' (csrc/core/util/format_bytes.h).");
 
   m.def(
       "analyze",

@@ -233,7 +233,7 @@ void Session::Impl::track(torch::nn::Module& model, torch::optim::Optimizer* opt
 
   JsonWriter w;
   w.begin_object();
-  w.field("ridgescope_version", "0.1.0").field("torch_version", TORCH_VERSION);
+  w.field("ridgescope_version", RIDGESCOPE_VERSION).field("torch_version", TORCH_VERSION);
   w.key("argv").begin_array().end_array();
   if (capacity != 0) w.field("device_capacity_bytes", capacity);
   w.key("model").begin_object();

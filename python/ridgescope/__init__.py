@@ -11,7 +11,8 @@ from . import _C
 from ._errors import RidgescopeError, TraceFormatError
 from ._estimate import Estimate, estimate
 from ._report import Report, load
-from ._session import Session, __version__, active_session, phase, track
+from ._session import Session, active_session, phase, track
+from ._version import __version__
 
 CATEGORIES = tuple(_C.CATEGORIES)
 

@@ -1,22 +1,12 @@
 """Human-facing number formatting (one function per unit change)."""
-
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+from . import _C
 
 
 def format_bytes(n: int) -> str:
-    """Bytes as a person reads them: ``format_bytes(1536) == '1.50 KiB'``."""
-    if n < 1024:
-        return f"{n} B"
-    value = float(n)
-    unit = 0
-    while value >= 1024.0 and unit < len(_UNITS) - 1:
-        value /= 1024.0
-        unit += 1
-    if value < 10:
-        return f"{value:.2f} {_UNITS[unit]}"
-    if value < 100:
-        return f"{value:.1f} {_UNITS[unit]}"
-    return f"{value:.0f} {_UNITS[unit]}"
+    """Bytes as a person reads them: ``format_bytes(1536) == '1.50 KiB'``. The rule is C++'s
+    (csrc/core/util/format_bytes.h, the one definition; the HTML pages' copy is
+    _reporters/_html_assets/common.js); a negative count is its magnitude with a minus sign."""
+    return "-" + _C.format_bytes(-n) if n < 0 else _C.format_bytes(n)
 
 
 def format_count(n: int) -> str:

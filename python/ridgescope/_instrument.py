@@ -24,6 +24,7 @@ from torch.utils._pytree import tree_flatten
 
 from . import _compile, _model_info
 from ._data import DatasetRegistrar
+from ._version import __version__
 from .distributed import DistributedTracking, local_tensor
 
 BUILTIN_PHASES = ("forward", "backward", "optimizer_step", "zero_grad", "checkpoint", "eval",
@@ -269,7 +270,6 @@ class Instrumentation:
 
     def _describe(self) -> None:
         """(Re)writes the run's description; the analysis keeps the last one."""
-        from ._session import __version__
         run = _model_info.describe_run(self._model, self._optimizer, __version__)
         if self.run_extra:
             run.update(self.run_extra)

@@ -90,7 +90,7 @@ class Report:
         """The report as one self-contained HTML page (docs/html-report.md); also written to
         ``path`` when given. For a finer chart, build the report with
         ``Report.from_trace(trace, timeline_columns=10000)`` as ``ridgescope report`` does."""
-        from ._html import render_html
+        from ._reporters._html import render_html
         text = render_html(self._data)
         if path is not None:
             Path(path).write_text(text, encoding="utf-8")
@@ -100,17 +100,17 @@ class Report:
         """Writes one TensorBoard scalar per step for the step's peak and for each category at
         that peak, into an event file in ``logdir`` (docs/integrations.md; needs the tensorboard
         package). ``step_offset`` shifts the step numbers. Returns what was written."""
-        from ._tensorboard import write_tensorboard
+        from ._reporters._tensorboard import write_tensorboard
         return write_tensorboard(self._data, logdir, step_offset)
 
     def _repr_html_(self) -> str:
         """A notebook shows the report as the page ``to_html`` writes, in a sandboxed frame."""
-        from ._notebook import iframe
+        from ._reporters._notebook import iframe
         return iframe(self.to_html())
 
     def summary(self) -> str:
         """A short, plain-language text report."""
-        from ._text import render_text
+        from ._reporters._text import render_text
         return render_text(self._data)
 
     def grouped(self, by: str, limit: int = 20) -> str:
@@ -118,7 +118,7 @@ class Report:
         their categories, after the report's opening (``ridgescope report --group-by``)."""
         if by not in ("site", "stack"):
             raise ValueError(f"group by 'site' or 'stack', not {by!r}")
-        from ._text import render_grouped
+        from ._reporters._text import render_grouped
         return render_grouped(self._data, by, limit)
 
     def __str__(self) -> str:

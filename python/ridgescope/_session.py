@@ -19,14 +19,12 @@ from ._format import parse_bytes
 from ._instrument import Instrumentation
 from ._report import Report
 
-__version__ = "0.1.0"
-
 _active_lock = threading.Lock()
 _active: "Session | None" = None
 
 # What each allocation's site holds (docs/sites.md): the site alone (default), the whole Python
 # stack, native frames too; None records no site.
-STACK_MODES = ("site", "python", "all")
+STACK_MODES = tuple(m for m in _C.STACK_MODES if m != "none")
 
 
 def _code_roots() -> tuple[list[str], list[str]]:
@@ -254,7 +252,7 @@ class Session:
         """An out-of-memory error left the tracked block: say why, in plain language, before the
         exception reaches the caller (the trace already holds the failure)."""
         try:
-            from ._text import render_oom
+            from ._reporters._text import render_oom
             data = self.report().to_dict()
             if not data["ooms"]:
                 return

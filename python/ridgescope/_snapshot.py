@@ -14,7 +14,7 @@ from typing import Any, Iterator
 from . import _C
 from ._errors import RidgescopeError, TraceFormatError
 
-TRACE_MAGIC = b"RIDGESCP"
+TRACE_MAGIC = _C.TRACE_MAGIC  # include/ridgescope/trace_format.h kFileMagic
 PICKLE_FIRST_BYTE = b"\x80"
 
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import ridgescope as rs
-from ridgescope._html import HTML_MAX_STEPS, page_data
+from ridgescope._reporters._html import HTML_MAX_STEPS, page_data
 from ridgescope._progress import Progress
 from conftest import ROOT, make_mlp, mlp_batch, mlp_loss, train
 

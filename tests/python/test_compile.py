@@ -269,7 +269,7 @@ def test_cuda_graph_pools_are_summed_per_pool_from_torchs_segments():
     reserved and allocated bytes, the default pool (0, 0) included, and the text report lists
     them when a private pool exists."""
     from ridgescope._compile import summarize_pools
-    from ridgescope._text import _pool_lines
+    from ridgescope._reporters._text import _pool_lines
     MiB = 1 << 20
     segments = [
         {"device": 0, "segment_pool_id": (0, 0), "total_size": 20 * MiB, "allocated_size": 3 * MiB},

@@ -114,7 +114,7 @@ def test_html_page_embeds_hostile_strings_as_data(tmp_path: Path) -> None:
     paths = write_job(tmp_path / "job", 2)
     s = merge_traces(paths)
     s["ranks"]["table"][0]["host"] = "</script><script>alert(1)</script>"
-    from ridgescope.distributed._html import render_ranks_html
+    from ridgescope._reporters._ranks_html import render_ranks_html
     page = render_ranks_html(s)
     assert "<script>alert(1)" not in page and "\\u003c/script\\u003e" in page
     assert page.count("<script") == 2  # the data element and the page's own script

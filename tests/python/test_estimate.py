@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import ridgescope as rs
-from ridgescope._estimate import CUDA_BLOCK, DEFAULT_CUDA_WORKSPACE, activation_peak
+from ridgescope._estimate import activation_peak
+from ridgescope._estimate._cuda_costs import CUDA_BLOCK, DEFAULT_CUDA_WORKSPACE
 from ridgescope._zoo import SPECS
 from ridgescope.cli import main as cli_main
 from conftest import (gpt_inputs, make_gpt, make_mlp, mlp_batch, mlp_loss, optimizer_state_bytes,
@@ -163,8 +164,8 @@ def test_cublas_workspaces_follow_torchs_handles_and_settings(monkeypatch):
     torch 2.11, nn.Linear with bias (addmm's cuBLASLt bias epilogue) also gets a separate
     cuBLASLt workspace per handle (CUBLASLT_WORKSPACE_SIZE KiB, 1 MiB by default, at most the
     cuBLAS one); 2.14 shares the cuBLAS workspace."""
-    from ridgescope._estimate import (DEFAULT_CUBLASLT_WORKSPACE, _uses_cublaslt,
-                                      cublas_workspace_bytes, cublaslt_workspace_bytes)
+    from ridgescope._estimate._cuda_costs import (DEFAULT_CUBLASLT_WORKSPACE, _uses_cublaslt,
+                                                  cublas_workspace_bytes, cublaslt_workspace_bytes)
     make = lambda: torch.nn.Sequential(torch.nn.Linear(100, 30), torch.nn.ReLU(),  # noqa: E731
                                        torch.nn.Linear(30, 7))
     batch = lambda: (torch.randn(5, 100), torch.randint(0, 7, (5,)))  # noqa: E731

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import ridgescope as rs
-from ridgescope._html import HTML_TIMELINE_COLUMNS
+from ridgescope._reporters._html import HTML_TIMELINE_COLUMNS
 from conftest import gpt_inputs, make_gpt
 import models
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import ridgescope as rs
-from ridgescope._html import HTML_TIMELINE_COLUMNS, render_html
+from ridgescope._reporters._html import HTML_TIMELINE_COLUMNS, render_html
 from ridgescope._report import Report
 from conftest import ROOT, gpt_inputs, make_gpt, train
 import models

@@ -70,7 +70,7 @@ def test_figures_stay_exact_beyond_single_precision(tmp_path):
     by_category["activation"] = big
     data = {"categories": list(rs.CATEGORIES), "peak": {"by_category": by_category},
             "steps": [{"step": 0, "peak_bytes": big, "peak_by_category": by_category}]}
-    from ridgescope._tensorboard import write_tensorboard
+    from ridgescope._reporters._tensorboard import write_tensorboard
 
     written = write_tensorboard(data, tmp_path, step_offset=1)
     assert written == {"logdir": str(tmp_path), "steps": 1, "scalars": 1 + len(rs.CATEGORIES)}

@@ -3,6 +3,7 @@
 #include "snapshot_inference.h"
 
 #include "snapshot_frames.h"
+#include "ridgescope/cuda_workspace.h"
 
 #include <algorithm>
 #include <array>

@@ -95,10 +95,6 @@ std::string_view inference_rule_reason(InferenceRule rule) noexcept;
 // user rule's match, a place in the code), e.g. "allocated under torch/optim/adamw.py _init_group".
 std::string inference_reason_text(InferenceRule rule, Category category, std::string_view detail);
 
-// cuBLAS's default workspace (CUBLAS_WORKSPACE_CONFIG ":4096:2:16:8", every GPU before Hopper):
-// 2 x 4096 KiB + 8 x 16 KiB.
-inline constexpr std::uint64_t kCublasDefaultWorkspaceBytes = 2 * 4096 * 1024 + 8 * 16 * 1024;
-
 // One reason and the bytes it decided: at the peak (the first instant live bytes reached their
 // maximum, the analysis's peak) and at the end.
 struct InferenceReason {

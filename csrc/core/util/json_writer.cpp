@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 
-#include "format_bytes.h"
 
 namespace ridgescope::detail {
 
@@ -131,20 +130,6 @@ void JsonWriter::write_string(std::string_view s) {
     }
   }
   out_.push_back('"');
-}
-
-std::string format_bytes(std::uint64_t bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double v = static_cast<double>(bytes);
-  int unit = 0;
-  while (v >= 1024.0 && unit < 5) {
-    v /= 1024.0;
-    ++unit;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, kUnits[unit]);
-  return buf;
 }
 
 }  // namespace ridgescope::detail

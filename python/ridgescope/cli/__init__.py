@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ridgescope",
         description="Where memory goes during PyTorch training: read a ridgescope trace and "
                     "explain its peak by category and phase.")
-    from .._session import __version__
+    from .._version import __version__
     parser.add_argument("--version", action="version", version=f"ridgescope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (help_text, add_arguments, _) in _COMMANDS.items():

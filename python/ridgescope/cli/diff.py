@@ -42,7 +42,7 @@ def _stacks_at_peak(r: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
     """The peak's live bytes by allocation stack, keyed by the stack's frames as texts (stack
     ids differ between traces; the frames do not), with a label: the site and the user frame
     that called it."""
-    from .._text import frame_text, user_callers
+    from .._reporters._text import frame_text, user_callers
 
     frames = r.get("frames") or []
     out: dict[tuple, dict[str, Any]] = {}

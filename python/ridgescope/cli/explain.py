@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .._report import load
-    from .._text import render_explain
+    from .._reporters._text import render_explain
 
     from .._errors import RidgescopeError
     from .._format import parse_bytes

@@ -105,7 +105,8 @@ def _ints(text: str | None) -> list[int] | None:
 
 def run(args: argparse.Namespace) -> int:
     from .._errors import RidgescopeError
-    from .._estimate import _accepts, estimate
+    from .._estimate import estimate
+    from .._estimate._dry_run import _accepts
     from .._zoo import SPECS
 
     if args.list:

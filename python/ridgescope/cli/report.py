@@ -43,12 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._html import HTML_TIMELINE_COLUMNS
+    from .._reporters._html import HTML_TIMELINE_COLUMNS
     from .._progress import Progress
     from .._report import Report, load
 
     if len(args.file) > 1 or args.file[0].is_dir():  # the ranks of a job: one merged report
-        from ..distributed._cli import report_ranks
+        from ._ranks import report_ranks
         return report_ranks(args)
     args.file = args.file[0]
     if args.group_by != "category" and args.format != "text":

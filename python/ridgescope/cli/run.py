@@ -15,6 +15,8 @@ HELP = ("Run a Python training script under tracking, unchanged: the root module
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from .. import _C
+
     parser.add_argument("-o", "--out", type=Path, default=None,
                         help="the trace file to write (default: SCRIPT's name with .rstrace, in "
                              "the working directory); the HTML report goes beside it, with "
@@ -27,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-activations-hook", action="store_true",
                         help="do not install the saved-tensor hook (lower overhead; activations "
                              "are inferred from lifetimes)")
-    parser.add_argument("--stacks", choices=("site", "python", "all", "none"), default="site",
+    parser.add_argument("--stacks", choices=_C.STACK_MODES, default="site",
                         help="where each allocation was made (docs/sites.md): 'site' (default) the "
                              "innermost frame of your code, or the autograd node in backward; "
                              "'python' the whole Python stack; 'all' native frames too (slow); "
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         del saved_path0
 
     try:
-        from .._html import HTML_TIMELINE_COLUMNS
+        from .._reporters._html import HTML_TIMELINE_COLUMNS
         from .._progress import Progress
         from .._report import Report
 

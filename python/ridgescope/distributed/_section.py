@@ -1,6 +1,6 @@
 """The report's `distributed` section: the trace's `distributed` metadata (written by
-``DistributedTracking``), parsed into data (docs/report_schema.md, "distributed"), and its lines
-in the text report."""
+``DistributedTracking``), parsed into data (docs/report_schema.md, "distributed"). Its lines in
+the text report: ``_reporters/_distributed_text.py``."""
 from __future__ import annotations
 
 import json
@@ -26,37 +26,3 @@ def add_distributed_section(data: dict[str, Any]) -> dict[str, Any]:
     if section is not None:
         data["distributed"] = section
     return data
-
-
-def _strategy_line(s: dict[str, Any], fmt: Any) -> str:
-    kind = s.get("strategy")
-    if kind == "ddp":
-        n = len(s.get("buckets", []))
-        line = (f"DDP: {n} gradient bucket(s), {fmt(s.get('bucket_bytes', 0))}, "
-                f"as {s.get('buckets_category')}: {s.get('note', '')}")
-        return line + (f" ({s['error']})" if s.get("error") else "")
-    if kind == "fsdp2":
-        return (f"FSDP2 (fully_shard): {s.get('parameter_count', 0)} parameter shard(s) on this "
-                f"rank, {fmt(s.get('local_shard_bytes', 0))}; unsharded parameters count as "
-                "comm_buffer ('all-gather of ...') while they live")
-    if kind == "fsdp1":
-        return (f"FSDP1: {s.get('flat_parameter_count', 0)} flat parameter shard(s), "
-                f"{fmt(s.get('local_shard_bytes', 0))}; unsharded flat parameters count as "
-                "comm_buffer ('all-gather of ...')")
-    if kind == "zero":
-        return (f"ZeroRedundancyOptimizer ({s.get('optimizer')}): optimizer state for "
-                f"{s.get('local_parameters', 0)} of {s.get('parameters', 0)} parameter tensors "
-                f"on this rank ({fmt(s.get('local_parameter_bytes', 0))} of parameters)")
-    return f"{kind}"
-
-
-def text_lines(data: dict[str, Any]) -> list[str]:
-    """The text report's lines about the rank and its strategies (none outside a job)."""
-    from .._format import format_bytes
-    d = data.get("distributed")
-    if not d or (d.get("world_size", 1) <= 1 and not d.get("strategies")):
-        return []
-    where = ", ".join(x for x in (d.get("host"), d.get("backend")) if x)
-    lines = [f"Rank {d.get('rank')} of {d.get('world_size')}" + (f" ({where})" if where else "")]
-    lines += [f"  {_strategy_line(s, format_bytes)}" for s in d.get("strategies", [])]
-    return lines

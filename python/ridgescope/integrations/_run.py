@@ -214,7 +214,7 @@ class TrackedRun:
         for name in reversed(list(self._phases)):
             self.close_phase(name)
         self.session.stop()
-        from .._html import HTML_TIMELINE_COLUMNS
+        from .._reporters._html import HTML_TIMELINE_COLUMNS
         self.report = Report.from_trace(self.session.path, timeline_columns=HTML_TIMELINE_COLUMNS)
         if self.html:
             self.html_path = self.session.path.with_suffix(".html")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._format import format_bytes
+from .._format import format_bytes
 
 MAX_REASONS = 12
 

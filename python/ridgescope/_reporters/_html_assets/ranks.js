@@ -2,24 +2,13 @@
 // section (docs/report_schema.md) from the embedded JSON and draws, with plain DOM and SVG:
 // the highest peak, two ranks side by side (chosen with the selectors or by clicking a row),
 // the phases where ranks diverge, and a sortable table of every rank's peak.
-(function () {
-  'use strict';
-  var COLORS = {
-    unknown: '#9ea7b3', parameter: '#4e79a7', buffer: '#76b7b2', gradient: '#f28e2b',
-    optimizer_state: '#e15759', activation: '#59a14f', input: '#edc948', temporary: '#b07aa1',
-    workspace: '#ff9da7', comm_buffer: '#9c755f'
-  };
+// Its script is common.js (colours, byte formatting) and this, inside one function (_html.py).
   var D = JSON.parse(document.getElementById('rs-data').textContent);
   var S = D.ranks;
   var CATS = D.categories || Object.keys(COLORS);
   var rows = S.table;
   var good = rows.filter(function (r) { return r.status !== 'unreadable'; });
 
-  function fmtBytes(n) {
-    var u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'], i = 0, v = n;
-    while (Math.abs(v) >= 1024 && i < u.length - 1) { v /= 1024; i++; }
-    return (i === 0 ? String(v) : v.toFixed(v >= 100 ? 0 : v >= 10 ? 1 : 2)) + ' ' + u[i];
-  }
   function el(tag, attrs, text) {
     var e = document.createElement(tag);
     if (attrs) for (var k in attrs) e.setAttribute(k, attrs[k]);
@@ -226,4 +215,3 @@
   renderTable();
   renderCompare();
   document.body.setAttribute('data-ready', '1');
-})();

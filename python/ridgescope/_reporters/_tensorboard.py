@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._errors import RidgescopeError
+from .._errors import RidgescopeError
 
 TAG_PREFIX = "ridgescope"
 

@@ -1,6 +1,8 @@
 """The HTML report: one self-contained file (inline script and style, the report JSON embedded
-as data, no request to any network address when opened). The page is drawn by
-``_html_assets/report.js`` with hand-written SVG; docs/html-report.md describes it.
+as data, no request to any network address when opened). The page is drawn with hand-written
+SVG by the script modules of ``REPORT_SCRIPTS`` (``_html_assets/report_*.js``, after
+``common.js``, which the ranks page shares), in ``report.html`` (the body) inside ``page.html``
+(the head both pages share); docs/html-report.md describes it.
 
 The chart reads the report's ``timeline`` (docs/report_schema.md): each column keeps its lowest
 and highest live bytes, so the peak is never hidden by downsampling, and the size of the page
@@ -24,10 +26,22 @@ HTML_MAX_STEPS = 300
 
 _PLACEHOLDER = re.compile(r"\{\{([A-Z]+)\}\}")
 
+# A page's script: these modules of _html_assets/, in order, inside one function (one scope, no
+# globals). common.js holds what both pages draw alike (category colours, byte formatting).
+REPORT_SCRIPTS = ("common.js", "report_base.js", "report_cards.js", "report_tables.js",
+                  "report_chart.js", "report_sites.js", "report_main.js")
+RANKS_SCRIPTS = ("common.js", "ranks.js")
+
 
 @lru_cache(maxsize=None)
 def _asset(name: str) -> str:
-    return resources.files("ridgescope").joinpath("_html_assets", name).read_text(encoding="utf-8")
+    return resources.files("ridgescope._reporters").joinpath("_html_assets", name).read_text(encoding="utf-8")
+
+
+def page_script(modules: tuple[str, ...]) -> str:
+    """The page's script: its modules concatenated inside one strict-mode function."""
+    body = "\n".join(_asset(name) for name in modules)
+    return "(function () {\n  'use strict';\n" + body + "})();\n"
 
 
 def embed_json(data: Any) -> str:
@@ -64,21 +78,25 @@ def page_data(data: dict[str, Any], max_steps: int = HTML_MAX_STEPS) -> dict[str
     return out
 
 
-def render_html(data: dict[str, Any]) -> str:
-    """The HTML page of a report (``Report.to_dict()``), as text."""
-    script = _asset("report.js")
-    style = _asset("report.css")
+def render_page(title: str, body: str, styles: tuple[str, ...], scripts: tuple[str, ...],
+                data: Any) -> str:
+    """A whole page: ``page.html`` (the head both pages share) around the ``body`` asset, with
+    the ``styles`` and the ``scripts`` modules inlined and ``data`` embedded as JSON."""
+    script = page_script(scripts)
+    style = "\n".join(_asset(name) for name in styles)
     if "</script" in script.lower() or "</style" in style.lower():  # an asset bug, never data
         raise AssertionError("an HTML asset contains a closing script or style tag")
-    trace = data.get("trace", {}).get("path", "")
-    parts = {
-        "TITLE": html.escape(f"ridgescope report: {os.path.basename(trace) or 'run'}"),
-        "STYLE": style,
-        "SCRIPT": script,
-        "DATA": embed_json(page_data(data)),
-    }
+    parts = {"TITLE": html.escape(title), "STYLE": style, "BODY": _asset(body), "SCRIPT": script,
+             "DATA": embed_json(data)}
     # One pass over the template: text substituted in is never scanned again.
-    return _PLACEHOLDER.sub(lambda m: parts[m.group(1)], _asset("report.html"))
+    return _PLACEHOLDER.sub(lambda m: parts[m.group(1)], _asset("page.html"))
+
+
+def render_html(data: dict[str, Any]) -> str:
+    """The HTML page of a report (``Report.to_dict()``), as text."""
+    trace = data.get("trace", {}).get("path", "")
+    return render_page(f"ridgescope report: {os.path.basename(trace) or 'run'}", "report.html",
+                       ("report.css",), REPORT_SCRIPTS, page_data(data))
 
 
 def write_html(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._format import format_bytes, format_count
+from .. import _C
+from .._format import format_bytes, format_count
 from ._snapshot_text import device_summary, reason_lines
-from .distributed._section import text_lines as distributed_text_lines
+from ._distributed_text import text_lines as distributed_text_lines
 
 _SHOWN_PHASES = ("forward", "backward", "optimizer_step", "zero_grad", "checkpoint", "eval",
                  "recompute", "data")
@@ -92,7 +93,7 @@ def render_dashboards(d: dict[str, Any]) -> list[str]:
     return lines
 
 
-SMALL_POOL_REQUEST_BYTES = 1 << 20  # the largest request the small pool serves
+SMALL_POOL_REQUEST_BYTES = _C.CUDA_SMALL_POOL_REQUEST_BYTES  # the largest request the small pool serves
 
 
 def render_free_space(d: dict[str, Any], request: int) -> list[str]:
@@ -302,7 +303,6 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
     out = _header_and_peak_lines(d)
     p = d["peak"]
     steps = d["steps"]
-    snap = d.get("snapshot")
 
     if p["top_blocks"]:
         out.append("Largest blocks live at the peak:")

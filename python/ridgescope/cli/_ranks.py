@@ -1,5 +1,5 @@
 """``ridgescope report A B C`` / ``ridgescope report DIR``: the merged report of several rank
-traces (called by python/ridgescope/cli/report.py)."""
+traces (called by report.py)."""
 from __future__ import annotations
 
 import argparse
@@ -7,8 +7,8 @@ import json
 import sys
 
 from .._errors import RidgescopeError
-from ..cli._output import emit
-from ._merge import expand_inputs, merge_traces
+from ..distributed import expand_inputs, merge_traces
+from ._output import emit
 
 
 def report_ranks(args: argparse.Namespace) -> int:
@@ -32,10 +32,10 @@ def report_ranks(args: argparse.Namespace) -> int:
             if args.format == "json":
                 text = json.dumps(merged, indent=2) + "\n"
             elif args.format == "html":
-                from ._html import render_ranks_html
+                from .._reporters._ranks_html import render_ranks_html
                 text = render_ranks_html(merged)
             else:
-                from ._render import render_ranks_text
+                from .._reporters._ranks_text import render_ranks_text
                 text = render_ranks_text(merged)
     emit(text, args.output)
     for p in merged["ranks"]["problems"]:
