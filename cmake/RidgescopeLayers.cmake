@@ -11,8 +11,9 @@
 #   layer         folder                what it may see (public and private headers)
 #   util          csrc/core/util        -          (categories, phase names, clock, byte codec, JSON, formatting)
 #   trace         csrc/core/trace       util       (events, stacks, recorder, trace reader)
+#   flight        csrc/core/flight      trace      (lifetime rules online, step summaries, the bounded trace writer)
 #   allocator     csrc/core/allocator   trace      (CUDA rounding, trace translation, allocator model)
-#   analysis      csrc/core/analysis    trace      (ledger, analysis passes, forensics, report JSON)
+#   analysis      csrc/core/analysis    flight     (ledger, analysis passes, forensics, report JSON)
 #   pickle        csrc/core/pickle      util       (restricted pickle reader, pickle writer)
 #   snapshot      csrc/core/snapshot    allocator analysis pickle   (torch snapshots in and out)
 #   torch         csrc/torch            the core's public headers; of its private ones only
@@ -20,16 +21,17 @@
 #   torch_python  csrc/torch_python     torch      (Python frames, DDP's reducer: the module only)
 #   bindings      csrc/bindings         torch_python torch   (the _C module)
 #   cpp_package   csrc/cpp_package      torch      (libridgescope's session API)
-# "May see" is transitive: snapshot sees trace and util through analysis.
+# "May see" is transitive: snapshot sees flight, trace and util through analysis.
 
 cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...), also when run as a script
-set(RIDGESCOPE_CORE_LAYERS util trace allocator analysis pickle snapshot)
+set(RIDGESCOPE_CORE_LAYERS util trace flight allocator analysis pickle snapshot)
 set(RIDGESCOPE_LAYERS ${RIDGESCOPE_CORE_LAYERS} torch torch_python bindings cpp_package)
 
 set(RIDGESCOPE_LAYER_util_USES "")
 set(RIDGESCOPE_LAYER_trace_USES util)
+set(RIDGESCOPE_LAYER_flight_USES trace)
 set(RIDGESCOPE_LAYER_allocator_USES trace)
-set(RIDGESCOPE_LAYER_analysis_USES trace)
+set(RIDGESCOPE_LAYER_analysis_USES flight)
 set(RIDGESCOPE_LAYER_pickle_USES util)
 set(RIDGESCOPE_LAYER_snapshot_USES allocator analysis pickle)
 set(RIDGESCOPE_LAYER_torch_USES core)
@@ -50,7 +52,8 @@ set(RIDGESCOPE_CORE_INTERNAL_INTERFACE util)
 
 # include/ridgescope/<header> -> its layer
 set(RIDGESCOPE_PUBLIC_util category.h phase.h clock.h)
-set(RIDGESCOPE_PUBLIC_trace event.h stack.h trace_format.h recorder.h trace_reader.h)
+set(RIDGESCOPE_PUBLIC_trace event.h stack.h trace_format.h recorder.h trace_reader.h chunk_sink.h flight_records.h)
+set(RIDGESCOPE_PUBLIC_flight flight.h)
 set(RIDGESCOPE_PUBLIC_allocator cuda_rounding.h cuda_workspace.h cuda_trace.h allocator_settings.h allocator_model.h)
 set(RIDGESCOPE_PUBLIC_analysis ledger.h forensics.h report.h analysis.h)
 set(RIDGESCOPE_PUBLIC_snapshot snapshot.h)
@@ -107,7 +110,7 @@ function(ridgescope_check_layers root)
       set(_owner_${_h} ${_l})
     endforeach()
   endforeach()
-  foreach(_l util trace allocator analysis snapshot core cpp_package)
+  foreach(_l util trace flight allocator analysis snapshot core cpp_package)
     foreach(_h IN LISTS RIDGESCOPE_PUBLIC_${_l})
       set(_public_${_h} ${_l})
     endforeach()

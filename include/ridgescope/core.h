@@ -1,5 +1,5 @@
 // ridgescope/core.h — umbrella header of the torch-free core: categories, events, the
-// recorder that writes traces, the reader, the ledger, the analysis and the report.
+// recorder that writes traces (and the flight recorder that bounds them), the reader, the ledger, the analysis and the report.
 // Thread-safety is stated in each header.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include "ridgescope/phase.h"
 #include "ridgescope/clock.h"
 #include "ridgescope/event.h"
+#include "ridgescope/flight.h"
 #include "ridgescope/ledger.h"
 #include "ridgescope/recorder.h"
 #include "ridgescope/report.h"

@@ -27,10 +27,21 @@ enum class EventKind : std::uint8_t {
   Sample = 10,       // a periodic or boundary reading (name in string_id, reading in value)
   String = 11,       // defines string `string_id` (text carried alongside)
   Metadata = 12,     // a key (string_id) and a JSON text describing the run
+  // Format version 4 (trace_format::kFirstFlightVersion; ridgescope/flight_records.h): the
+  // bounded flight recorder. Kind 15 is timed; 66-71 are untimed.
+  Mark = 15,         // rs.mark(name): a moment the user named (name in string_id, thread)
   // Format version 2 (ridgescope/stack.h): untimed definitions of the frame and stack tables,
   // delivered by a reader after it absorbed them (string_id is the id defined).
   Frame = 64,        // defines frame `string_id` (TraceReader::frame)
   Stack = 65,        // defines stack `string_id` (TraceReader::stack)
+  TimeBase = 66,           // the time chain restarts at `value` (absorbed by readers, never
+                           // delivered: a chunk of a kept window begins with one)
+  StepSummary = 67,        // one step of one device, summarised (TraceReader::summary)
+  Checkpoint = 68,         // a kept window starts: the state of the ledger follows (TraceReader::checkpoint)
+  CheckpointSegment = 69,  // a reserved segment at the checkpoint: device, addr, bytes
+  CheckpointBlock = 70,    // a live block at the checkpoint (TraceReader::checkpoint_block)
+  Resolve = 71,            // the final category of the block live at device/addr at a window's end:
+                           // category, flags (kTagInferred), string_id (its label)
 };
 
 std::string_view event_kind_name(EventKind kind) noexcept;

@@ -1,5 +1,6 @@
 // ridgescope/recorder.h — the session's event sink: stamps, encodes and streams events to a
-// .rstrace file (format: ridgescope/trace_format.h, docs/trace_format.md).
+// .rstrace file (format: ridgescope/trace_format.h, docs/trace_format.md), through a ChunkSink
+// (ridgescope/chunk_sink.h): the plain file, or the flight recorder's (ridgescope/flight.h).
 //
 // Hot path: record() is called from allocator callbacks on any thread. It takes one leaf mutex
 // (no other lock is ever taken while holding it), never throws, never calls torch or Python and
@@ -24,6 +25,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "ridgescope/chunk_sink.h"
 #include "ridgescope/event.h"
 #include "ridgescope/stack.h"
 
@@ -34,8 +36,10 @@ struct RecorderStats {
   std::uint64_t dropped_events = 0;   // records that never reach the file: refused after a
                                       // failure or close() (or too large), or held in memory
                                       // or in the failing write when the failure came
-  std::uint64_t bytes_written = 0;    // bytes on disk, headers included
-  std::uint64_t chunks_written = 0;   // complete chunks on disk
+  std::uint64_t bytes_written = 0;    // bytes written to disk, headers included (a flight
+                                      // recorder rewrites its file: this counts every write)
+  std::uint64_t chunks_written = 0;   // complete chunks written
+  std::uint64_t file_bytes = 0;       // bytes of the trace file now
   std::uint64_t buffer_bytes_peak = 0;  // most bytes ever held in memory by the recorder
 };
 
@@ -55,6 +59,8 @@ class Recorder {
   // Creates (truncates) `path` and writes the file header. Throws std::runtime_error naming the
   // path and the system's reason when the file cannot be written.
   explicit Recorder(const std::string& path, RecorderOptions options = {});
+  // Streams into `sink` (which has created its file).
+  explicit Recorder(std::unique_ptr<ChunkSink> sink, RecorderOptions options = {});
   ~Recorder();
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
@@ -94,7 +100,7 @@ class Recorder {
   bool failed() const noexcept;
   std::string error() const;
   RecorderStats stats() const;
-  const std::string& path() const noexcept { return path_; }
+  const std::string& path() const noexcept { return sink_->path(); }
   // steady-clock nanoseconds (ridgescope::monotonic_now_ns) at which the session started.
   std::uint64_t origin_ns() const noexcept { return origin_ns_; }
 
@@ -107,13 +113,11 @@ class Recorder {
   void wait_for_room(std::unique_lock<std::mutex>& lock) noexcept;
   void hand_off_locked();
   void writer_loop();
-  bool write_chunk(const std::string& payload, std::uint32_t records);
   void fail_locked(std::string message);
 
-  const std::string path_;
+  const std::unique_ptr<ChunkSink> sink_;
   const RecorderOptions options_;
   const std::uint64_t origin_ns_;
-  std::FILE* file_ = nullptr;
 
   mutable std::mutex mutex_;  // leaf lock: guards everything below
   std::condition_variable wake_writer_;

@@ -190,6 +190,9 @@ struct Timeline {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> step_ends;  // (step, time of its record)
   std::vector<TimelinePhase> phases;                             // in order of beginning
   std::vector<std::uint64_t> oom_times_ns;
+  // Spans whose events a bounded trace did not keep (docs/long-runs.md): (from, to) nanoseconds,
+  // from the last event of one kept window to the checkpoint that starts the next.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> gaps;
 };
 
 struct ReportWarning {

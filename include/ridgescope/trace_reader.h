@@ -14,12 +14,14 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "ridgescope/event.h"
+#include "ridgescope/flight_records.h"
 #include "ridgescope/stack.h"
 
 namespace ridgescope {
@@ -55,6 +57,11 @@ class TraceReader {
   FrameRecord frame(std::uint32_t id) const noexcept;
   // Stack `id` (empty for 0 or an id never defined). Valid until the next next() or rewind().
   StackView stack(std::uint32_t id) const noexcept;
+  // The content of the last StepSummary, Checkpoint and CheckpointBlock event delivered (format
+  // 4, ridgescope/flight_records.h); valid until the next event of the same kind.
+  const StepSummary& summary() const noexcept;
+  const Checkpoint& checkpoint() const noexcept;
+  const CheckpointBlock& checkpoint_block() const noexcept;
 
   bool truncated() const noexcept { return truncated_; }
   std::uint64_t truncated_at() const noexcept { return truncated_at_; }  // byte offset
@@ -89,6 +96,8 @@ class TraceReader {
   };
   std::vector<StackEntry> stacks_;  // by id; [0] empty
   std::vector<std::uint32_t> stack_frames_;
+  struct Flight;  // the last flight payloads (record_codec.h), kept out of this header
+  std::unique_ptr<Flight> flight_;
   bool done_ = false;
   bool truncated_ = false;
   std::uint64_t truncated_at_ = 0;

@@ -28,9 +28,16 @@ ReplayPass::ReplayPass(const TraceReader& reader, const std::vector<Resolved>& r
 void ReplayPass::run(TraceReader& reader) {
   Event e;
   while (reader.next(e)) {
-    if (e.kind != EventKind::String && e.kind != EventKind::Metadata) {
+    const bool timed = e.kind != EventKind::String && e.kind != EventKind::Metadata &&
+                       static_cast<std::uint8_t>(e.kind) < 64;
+    if (timed) {
       sample_dashboards(e.time_ns);
       now_ns_ = e.time_ns;
+    }
+    window_.on_event(e);
+    if (e.kind != EventKind::CheckpointBlock && e.kind != EventKind::CheckpointSegment &&
+        e.kind != EventKind::Checkpoint && e.kind != EventKind::String) {
+      applying_ = false;
     }
     switch (e.kind) {
       case EventKind::Alloc: on_alloc(e); break;
@@ -62,11 +69,17 @@ void ReplayPass::run(TraceReader& reader) {
         if (e.device == device_) on_sample(e);
         break;
       case EventKind::Metadata: on_metadata(std::string(reader.string(e.string_id)), e.text); break;
-      case EventKind::String:
-      case EventKind::Frame:
-      case EventKind::Stack: break;  // absorbed into the reader's tables
+      case EventKind::Checkpoint: on_checkpoint(reader.checkpoint()); break;
+      case EventKind::CheckpointSegment:
+        if (applying_ && e.device == device_) ledger_.on_segment_alloc(e.addr, e.bytes);
+        break;
+      case EventKind::CheckpointBlock:
+        if (applying_) on_checkpoint_block(reader.checkpoint_block(), e.seq);
+        break;
+      default: break;  // strings, frames and stacks are absorbed into the reader's tables; marks,
+                       // summaries and resolutions are pass 1's
     }
-    last_time_ = e.time_ns;
+    if (timed) last_time_ = e.time_ns;
   }
   finish();
 }
@@ -85,6 +98,16 @@ StepStats& ReplayPass::step_stats() {
     s.start_bytes = s.peak_bytes = ledger_.live_bytes();
     s.peak_by_category = ledger_.by_category();
     report_.steps.push_back(std::move(s));
+    // The phases open at a window's checkpoint go on in its first step.
+    std::vector<std::uint32_t> pending;
+    pending.swap(pending_phases_);
+    for (std::uint32_t name : pending) {
+      Event begin;
+      begin.kind = EventKind::PhaseBegin;
+      begin.string_id = name;
+      begin.time_ns = now_ns_;
+      on_phase_begin(begin);
+    }
   }
   return report_.steps.back();
 }
@@ -249,6 +272,61 @@ void ReplayPass::on_oom(const Event& e) {
   o.reserved_bytes = ledger_.reserved_bytes();
   o.by_category = ledger_.by_category();
   report_.ooms.push_back(std::move(o));
+}
+
+void ReplayPass::on_checkpoint(const Checkpoint& c) {
+  if (window_.continues(c)) {  // the state it describes is the one built so far
+    applying_ = false;
+    return;
+  }
+  // The window before ends: its open phases and step end where its events end.
+  for (std::size_t j = open_phases_.size(); j-- > 0;) close_phase(j, last_time_, false);
+  open_phases_.clear();
+  phase_stack_.clear();
+  if (step_open_) {
+    StepStats& s = report_.steps.back();
+    s.end_bytes = ledger_.live_bytes();
+    s.end_by_category = ledger_.by_category();
+    s.end_time_ns = last_time_;
+    s.complete = false;
+    step_open_ = false;
+  }
+  if (!report_.steps.empty() || next_block_id_ > 0) report_.timeline.gaps.emplace_back(last_time_, c.time_ns);
+  ledger_ = Ledger();
+  alloc_step_.clear();
+  retention_ = RetentionDetector();
+  occurrences_.clear();
+  window_.restart(c);
+  current_step_ = c.step;
+  now_ns_ = last_time_ = c.time_ns;
+  if (c.step > 0) completed_optimizer_step_ = true;  // the steps before it ran their optimizer
+  pending_phases_.clear();
+  for (const CheckpointPhase& p : c.phases) pending_phases_.push_back(p.name_id);
+  applying_ = true;
+}
+
+void ReplayPass::on_checkpoint_block(const CheckpointBlock& c, std::uint64_t seq) {
+  const std::uint64_t id = next_block_id_++;  // every device's, as pass 1 counts them
+  if (c.device != device_) return;
+  const Resolved& r = id < resolved_.size() ? resolved_[id] : kUnknown;
+  LiveBlock b;
+  b.bytes = c.bytes;
+  b.requested_bytes = c.requested_bytes;
+  b.block_id = id;
+  b.label_id = r.label_id;
+  b.alloc_phase_id = c.alloc_phase_id;
+  b.context_id = c.context_id;
+  b.stack_id = c.stack_id;
+  b.category = r.category;
+  // The strong tags before the checkpoint moved the ledger's category as on_tag() does.
+  if ((c.tags & kTagsStrong) && (b.category != c.current || (c.current_label != 0 && b.label_id != c.current_label))) {
+    b.category = c.current;
+    if (c.current_label != 0) b.label_id = c.current_label;
+  }
+  ledger_.on_alloc(c.addr, b);
+  retention_.on_alloc(id, frames_.site_of_stack(c.stack_id), r.category, c.bytes, seq);
+  alloc_step_[id] = c.alloc_step;
+  observe_timeline();
 }
 
 FreeSpace ReplayPass::current_free_space() const {

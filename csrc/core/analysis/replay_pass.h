@@ -24,6 +24,7 @@
 #include "ridgescope/report.h"
 #include "ridgescope/trace_reader.h"
 #include "timeline_columns.h"
+#include "window_tracker.h"
 
 namespace ridgescope::detail {
 
@@ -54,6 +55,9 @@ class ReplayPass {
   void on_phase_end(const Event& e);
   void on_step(const Event& e);
   void on_oom(const Event& e);
+  // A bounded trace's window (window_tracker.h): the state becomes the checkpoint's.
+  void on_checkpoint(const Checkpoint& c);
+  void on_checkpoint_block(const CheckpointBlock& c, std::uint64_t seq);
   // The gaps between live blocks inside the reserved segments now.
   FreeSpace current_free_space() const;
   void on_sample(const Event& e);
@@ -91,6 +95,9 @@ class ReplayPass {
   absl::flat_hash_map<std::uint32_t, std::uint32_t> occurrences_;  // per phase name, this step
   absl::flat_hash_map<std::uint64_t, std::uint64_t> alloc_step_;   // live block id -> step
   bool completed_optimizer_step_ = false;
+  WindowTracker window_;
+  bool applying_ = false;                     // inside the records of an applied checkpoint
+  std::vector<std::uint32_t> pending_phases_;  // open at the checkpoint: opened with its step
 
   // Dashboards: the live bytes a sampler would read every period (15 s and 30 s).
   struct Sampler {

@@ -113,6 +113,10 @@ void write_timeline(JsonWriter& w, const Timeline& t) {
   w.key("oom_times_ns").begin_array();
   for (auto x : t.oom_times_ns) w.value(x);
   w.end_array();
+  w.key("gaps").begin_object();
+  uint_array("from_ns", t.gaps.size(), [&](std::size_t i) { return t.gaps[i].first; });
+  uint_array("to_ns", t.gaps.size(), [&](std::size_t i) { return t.gaps[i].second; });
+  w.end_object();
   w.end_object();
 }
 

@@ -19,6 +19,13 @@ std::string_view event_kind_name(EventKind kind) noexcept {
     case EventKind::Metadata: return "metadata";
     case EventKind::Frame: return "frame";
     case EventKind::Stack: return "stack";
+    case EventKind::Mark: return "mark";
+    case EventKind::TimeBase: return "time_base";
+    case EventKind::StepSummary: return "step_summary";
+    case EventKind::Checkpoint: return "checkpoint";
+    case EventKind::CheckpointSegment: return "checkpoint_segment";
+    case EventKind::CheckpointBlock: return "checkpoint_block";
+    case EventKind::Resolve: return "resolve";
   }
   return "unknown_kind";
 }

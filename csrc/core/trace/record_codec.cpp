@@ -1,6 +1,7 @@
 #include "record_codec.h"
 
 #include "byte_codec.h"
+#include "field_reader.h"
 
 namespace ridgescope::detail {
 namespace {
@@ -12,40 +13,6 @@ std::int64_t unzigzag(std::uint64_t v) {
   return static_cast<std::int64_t>(v >> 1) ^ -static_cast<std::int64_t>(v & 1);
 }
 
-class FieldReader {
- public:
-  FieldReader(std::string_view payload) : payload_(payload) {}
-  bool u64(std::uint64_t* v) { return get_varint(payload_, &pos_, v); }
-  bool u32(std::uint32_t* v) {
-    std::uint64_t x;
-    if (!u64(&x) || x > 0xFFFFFFFFu) return false;
-    *v = static_cast<std::uint32_t>(x);
-    return true;
-  }
-  bool u8(std::uint8_t* v) {
-    std::uint64_t x;
-    if (!u64(&x) || x > 0xFF) return false;
-    *v = static_cast<std::uint8_t>(x);
-    return true;
-  }
-  bool device(Device* d) {
-    std::uint8_t type;
-    std::uint64_t index;
-    if (!u8(&type) || !u64(&index) || type > 1 || index > 32768) return false;
-    d->type = static_cast<DeviceType>(type);
-    d->index = static_cast<std::int16_t>(static_cast<std::int64_t>(index) - 1);
-    return true;
-  }
-  std::string_view rest() const { return payload_.substr(pos_); }
-
- private:
-  std::string_view payload_;
-  std::size_t pos_ = 0;
-};
-
-}  // namespace
-
-namespace {
 
 // A timed record built in a stack buffer: the kind byte, the payload's length, then the payload.
 // Every field is a varint, so the largest payload (an alloc: time delta, device, four 64-bit
@@ -98,8 +65,9 @@ void encode_record(const Event& e, CodecClock& clock, std::string& out) {
     encode_text_record(e, out);
     return;
   }
-  // Frames and stacks carry their content outside Event: encode_frame_record/encode_stack_record.
-  if (e.kind == EventKind::Frame || e.kind == EventKind::Stack) return;
+  // Frames, stacks and the flight records carry their content outside Event: encode_frame_record,
+  // encode_stack_record, flight_codec.cpp.
+  if (static_cast<std::uint8_t>(e.kind) >= 64) return;
   TimedPayload p;
   p.varint(zigzag(static_cast<std::int64_t>(e.time_ns - clock.last_time_ns)));
   clock.last_time_ns = e.time_ns;
@@ -156,11 +124,17 @@ void encode_record(const Event& e, CodecClock& clock, std::string& out) {
       p.varint(e.string_id);
       p.varint(e.value);
       break;
+    case EventKind::Mark:
+      p.varint(e.string_id);
+      p.varint(e.thread);
+      break;
     case EventKind::String:
     case EventKind::Metadata:
     case EventKind::Frame:
     case EventKind::Stack:
       break;  // returned above
+    default:
+      return;  // the flight records have encoders of their own (flight_codec.cpp)
   }
   p.append_record(e.kind, out);
 }
@@ -194,7 +168,7 @@ void encode_stack_record(std::uint32_t id, const std::uint32_t* frames, std::siz
 }
 
 DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock& clock,
-                           Event* out, std::uint32_t version, Definition* definition) {
+                           Event* out, std::uint32_t version, Definition* definition, FlightPayload* flight) {
   if (*pos >= chunk.size()) return DecodeStatus::Malformed;
   const auto kind_byte = static_cast<std::uint8_t>(chunk[*pos]);
   std::size_t p = *pos + 1;
@@ -204,7 +178,20 @@ DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock&
   *pos = p + length;
   const bool definition_kind = version >= 2 && (kind_byte == static_cast<std::uint8_t>(EventKind::Frame) ||
                                                  kind_byte == static_cast<std::uint8_t>(EventKind::Stack));
-  if (!definition_kind && (kind_byte < 1 || kind_byte > static_cast<std::uint8_t>(EventKind::Metadata))) {
+  if (is_flight_kind(kind_byte, version)) {
+    Event e;
+    FlightPayload scratch;
+    if (!decode_flight_record(kind_byte, payload, clock, &e, flight != nullptr ? flight : &scratch)) {
+      return DecodeStatus::Malformed;
+    }
+    *out = e;
+    return DecodeStatus::Ok;
+  }
+  // Kind 15 (mark) exists from trace_format::kFirstFlightVersion on; before, it is unknown.
+  const bool mark_kind = version >= trace_format::kFirstFlightVersion &&
+                         kind_byte == static_cast<std::uint8_t>(EventKind::Mark);
+  if (!definition_kind && !mark_kind &&
+      (kind_byte < 1 || kind_byte > static_cast<std::uint8_t>(EventKind::Metadata))) {
     // Forward compatibility: kinds below 64 (but String and Metadata) begin with the time delta,
     // so a reader that skips one still keeps the clock right.
     std::uint64_t dt;
@@ -282,14 +269,16 @@ DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock&
     case EventKind::Sample:
       ok = r.device(&e.device) && r.u32(&e.string_id) && r.u64(&e.value);
       break;
+    case EventKind::Mark:
+      ok = r.u32(&e.string_id) && r.u32(&e.thread);
+      break;
     case EventKind::String:
     case EventKind::Metadata:
       ok = r.u32(&e.string_id);
       e.text = r.rest();
       break;
-    case EventKind::Frame:
-    case EventKind::Stack:
-      break;  // decoded above
+    default:
+      break;  // frames, stacks and the flight records were decoded above
   }
   if (!ok) return DecodeStatus::Malformed;
   *out = e;

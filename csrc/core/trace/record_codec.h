@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ridgescope/event.h"
+#include "ridgescope/flight_records.h"
 #include "ridgescope/stack.h"
 #include "ridgescope/trace_format.h"
 
@@ -25,7 +26,24 @@ void encode_frame_record(std::uint32_t id, const FrameRecord& frame, std::string
 void encode_stack_record(std::uint32_t id, const std::uint32_t* frames, std::size_t count,
                          std::uint32_t site, std::string& out);
 
+// The flight recorder's records (format version 4; flight_codec.cpp). A time_base record sets
+// the chain of the records after it; the others are untimed.
+void encode_time_base(std::uint64_t time_ns, std::string& out);
+void encode_step_summary(const StepSummary& s, std::string& out);
+void encode_checkpoint(const Checkpoint& c, std::string& out);
+void encode_checkpoint_segment(Device device, std::uint64_t addr, std::uint64_t bytes, std::string& out);
+void encode_checkpoint_block(const CheckpointBlock& b, std::string& out);
+void encode_resolve(Device device, std::uint64_t addr, Category category, std::uint8_t flags,
+                    std::uint32_t label_id, std::string& out);
+
 enum class DecodeStatus { Ok, UnknownKind, Malformed };
+
+// What a summary or checkpoint record holds (filled by decode_record when asked for).
+struct FlightPayload {
+  StepSummary summary;     // StepSummary records
+  Checkpoint checkpoint;   // Checkpoint records
+  CheckpointBlock block;   // CheckpointBlock records
+};
 
 // What a frame or stack record defines (filled by decode_record when asked for).
 struct Definition {
@@ -41,9 +59,16 @@ struct Definition {
 // lays it out (version 1 has no frame or stack kinds, and no stack id in alloc records: there
 // they are unknown kinds and ignored trailing bytes). UnknownKind records (from a newer writer)
 // are skipped whole; Malformed means the payload is inconsistent. A frame or stack record's
-// content goes to *definition when it is not null.
+// content goes to *definition when it is not null, a summary's or checkpoint's to *flight. A
+// time_base record (version 4) sets the clock and decodes as an Event of kind TimeBase.
 DecodeStatus decode_record(std::string_view payload, std::size_t* pos, CodecClock& clock,
                            Event* out, std::uint32_t version = trace_format::kVersion,
-                           Definition* definition = nullptr);
+                           Definition* definition = nullptr, FlightPayload* flight = nullptr);
+
+// Whether `kind` is one of the flight recorder's untimed kinds (66-71) in format `version`.
+bool is_flight_kind(std::uint8_t kind, std::uint32_t version);
+// Decodes the payload of a flight record of untimed kind `kind` (66-71) into *e (and *flight).
+bool decode_flight_record(std::uint8_t kind, std::string_view payload, CodecClock& clock, Event* e,
+                          FlightPayload* flight);
 
 }  // namespace ridgescope::detail

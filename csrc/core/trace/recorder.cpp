@@ -34,23 +34,10 @@ RecorderOptions clamp(RecorderOptions o) {
 }  // namespace
 
 Recorder::Recorder(const std::string& path, RecorderOptions options)
-    : path_(path), options_(clamp(options)), origin_ns_(monotonic_now_ns()) {
-  file_ = std::fopen(path.c_str(), "wb");
-  if (file_ == nullptr) {
-    throw std::runtime_error("ridgescope: cannot write the trace file '" + path +
-                             "': " + std::strerror(errno));
-  }
-  char header[trace_format::kFileHeaderBytes] = {};
-  std::memcpy(header, trace_format::kFileMagic, 8);
-  detail::put_u32(header + 8, trace_format::kVersion);
-  detail::put_u32(header + 12, 0);
-  if (std::fwrite(header, 1, sizeof header, file_) != sizeof header || std::fflush(file_) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::fclose(file_);
-    file_ = nullptr;
-    throw std::runtime_error("ridgescope: cannot write the trace file '" + path + "': " + reason);
-  }
-  stats_.bytes_written = sizeof header;
+    : Recorder(make_file_sink(path), options) {}
+
+Recorder::Recorder(std::unique_ptr<ChunkSink> sink, RecorderOptions options)
+    : sink_(std::move(sink)), options_(clamp(options)), origin_ns_(monotonic_now_ns()) {
   current_.reserve(options_.chunk_bytes + 1024);
   writer_ = std::thread([this] { writer_loop(); });
 }
@@ -242,36 +229,21 @@ void Recorder::writer_loop() {
       const bool inject = inject_failure_;
       inject_failure_ = false;
       lock.unlock();
-      const bool ok = !inject && write_chunk(chunk.first, chunk.second);
-      const std::string reason = inject ? "injected write failure" : std::strerror(errno);
+      const bool ok = !inject && sink_->write_chunk(chunk.first, chunk.second);
+      const std::string reason = inject ? "cannot write the trace file '" + sink_->path() + "': injected write failure"
+                                        : sink_->error();
       lock.lock();
       writing_ = false;
       // fail_locked() (from any thread, while the lock was released) zeroes the count.
       queued_bytes_ -= std::min<std::uint64_t>(queued_bytes_, chunk.first.size());
-      if (ok) {
-        stats_.bytes_written += trace_format::kChunkHeaderBytes + chunk.first.size();
-        ++stats_.chunks_written;
-      } else {
+      if (!ok) {
         stats_.dropped_events += chunk.second;  // this chunk's records never reached the file
-        if (!failed_) fail_locked("cannot write the trace file '" + path_ + "': " + reason);
+        if (!failed_) fail_locked(reason);
       }
     }
     written_.notify_all();
     if (closing_ && current_records_ == 0) return;
   }
-}
-
-bool Recorder::write_chunk(const std::string& payload, std::uint32_t records) {
-  if (file_ == nullptr) return false;
-  char header[trace_format::kChunkHeaderBytes];
-  detail::put_u32(header, trace_format::kChunkMagic);
-  detail::put_u32(header + 4, static_cast<std::uint32_t>(payload.size()));
-  detail::put_u32(header + 8, records);
-  detail::put_u32(header + 12, detail::crc32(payload));
-  errno = 0;
-  return std::fwrite(header, 1, sizeof header, file_) == sizeof header &&
-         std::fwrite(payload.data(), 1, payload.size(), file_) == payload.size() &&
-         std::fflush(file_) == 0;
 }
 
 void Recorder::flush() noexcept {
@@ -290,12 +262,11 @@ void Recorder::close() noexcept {
     wake_writer_.notify_one();
   }
   if (writer_.joinable()) writer_.join();
+  // The writer has stopped: the sink is this thread's now.
+  const bool ok = sink_->close();
   std::lock_guard<std::mutex> lock(mutex_);
   closed_ = true;
-  if (file_ != nullptr) {
-    if (std::fclose(file_) != 0 && !failed_) fail_locked("cannot close '" + path_ + "'");
-    file_ = nullptr;
-  }
+  if (!ok && !failed_) fail_locked(sink_->error());
   written_.notify_all();
 }
 
@@ -326,8 +297,16 @@ std::string Recorder::error() const {
 }
 
 RecorderStats Recorder::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  RecorderStats s;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    s = stats_;
+  }
+  const ChunkSinkStats written = sink_->stats();
+  s.bytes_written = written.bytes_written;
+  s.chunks_written = written.chunks_written;
+  s.file_bytes = written.file_bytes;
+  return s;
 }
 
 void Recorder::inject_write_failure() noexcept {

@@ -12,7 +12,11 @@ namespace {
 constexpr std::uint32_t kMaxStrings = 16'000'000;
 }  // namespace
 
-TraceReader::TraceReader(const std::string& path) : path_(path) {
+struct TraceReader::Flight {
+  detail::FlightPayload payload;
+};
+
+TraceReader::TraceReader(const std::string& path) : path_(path), flight_(std::make_unique<Flight>()) {
   file_ = std::fopen(path.c_str(), "rb");
   if (file_ == nullptr) {
     throw TraceError("cannot open trace '" + path + "': " + std::strerror(errno), 0);
@@ -127,7 +131,7 @@ bool TraceReader::next(Event& out) {
     detail::CodecClock clock{last_time_ns_};
     Event e;
     detail::Definition definition;
-    const auto status = detail::decode_record(chunk_, &pos_, clock, &e, version_, &definition);
+    const auto status = detail::decode_record(chunk_, &pos_, clock, &e, version_, &definition, &flight_->payload);
     --chunk_records_left_;
     if (status == detail::DecodeStatus::Malformed) {
       stop(chunk_offset_ + record_start,
@@ -140,8 +144,9 @@ bool TraceReader::next(Event& out) {
       ++skipped_records_;
       continue;
     }
-    if (e.kind == EventKind::String || e.kind == EventKind::Metadata || e.kind == EventKind::Frame ||
-        e.kind == EventKind::Stack) {
+    if (e.kind == EventKind::TimeBase) continue;  // absorbed: the chain restarts here
+    if (e.kind == EventKind::String || e.kind == EventKind::Metadata ||
+        static_cast<std::uint8_t>(e.kind) >= 64) {
       e.time_ns = last_time_ns_;  // untimed records happen "now"
     }
     if ((e.kind == EventKind::Frame || e.kind == EventKind::Stack) && 
@@ -213,6 +218,10 @@ bool TraceReader::define(const Event& e, std::size_t record_start, const FrameRe
   stack_frames_.insert(stack_frames_.end(), frames.begin(), frames.end());
   return true;
 }
+
+const StepSummary& TraceReader::summary() const noexcept { return flight_->payload.summary; }
+const Checkpoint& TraceReader::checkpoint() const noexcept { return flight_->payload.checkpoint; }
+const CheckpointBlock& TraceReader::checkpoint_block() const noexcept { return flight_->payload.block; }
 
 FrameRecord TraceReader::frame(std::uint32_t id) const noexcept {
   return id < frames_.size() ? frames_[id] : FrameRecord{};
