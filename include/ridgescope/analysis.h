@@ -31,6 +31,9 @@ struct AnalysisOptions {
   // Also report the cache's free space at this instant (nanoseconds since the session
   // started): Report::probe. Any instant, not only an OOM or the peak.
   std::optional<std::uint64_t> probe_time_ns;
+  // A step stands out when its peak exceeds the median step's by more than this fraction
+  // (Report::glance, ridgescope/run_glance.h).
+  double standout_fraction = 0.10;
 };
 
 // Throws TraceError when the file cannot be read as a trace at all. A truncated or corrupt tail

@@ -45,6 +45,10 @@ struct FlightOptions {
 // Creates (truncates) `path` for a Recorder. Throws std::runtime_error naming the path.
 std::unique_ptr<ChunkSink> make_flight_sink(const std::string& path, const FlightOptions& options);
 
+// The `flight` metadata a recording with these options writes (docs/report_schema.md):
+// {"keep_steps": N or null (all), "event_windows": N}.
+std::string flight_metadata(const FlightOptions& options);
+
 struct CompactResult {
   std::uint64_t events = 0;      // records read from the full trace
   std::uint64_t steps = 0;       // steps summarised
@@ -80,7 +84,6 @@ class TraceFollower {
     std::uint64_t time_ns = 0;    // the last event's time (nanoseconds since the session started)
     std::vector<DeviceNow> devices;
     std::vector<StepSummary> summaries;  // every summary read so far, in file order
-    std::vector<std::string> phase_names;  // string table entries the summaries' phases refer to
     bool ended = false;           // the session's end record is there
     std::uint64_t rewrites = 0;   // times the file was found replaced (a flight recorder's rewrite)
   };

@@ -18,6 +18,7 @@
 #include "ridgescope/event.h"
 #include "ridgescope/forensics.h"
 #include "ridgescope/ledger.h"
+#include "ridgescope/run_glance.h"
 #include "ridgescope/stack.h"
 
 namespace ridgescope {
@@ -360,6 +361,7 @@ struct Report {
   std::optional<SnapshotImport> snapshot;  // set when built from a torch memory snapshot
   std::vector<ReportFrame> frames;         // frames the sites, stacks and verdicts refer to
   std::optional<RetainedGrowth> retained;  // set when bytes kept across steps grow
+  RunGlance glance;                        // every step summarised (ridgescope/run_glance.h)
 
   // The report as JSON (docs/report_schema.md), and written to a file (throws
   // std::runtime_error naming the path when it cannot be written).

@@ -13,6 +13,7 @@
 #include "lifetime_pass.h"
 #include "replay_pass.h"
 #include "report_warnings.h"
+#include "run_glance.h"
 #include "run_summary.h"
 #include "ridgescope/forensics.h"
 #include "ridgescope/trace_reader.h"
@@ -66,6 +67,7 @@ Report analyze_trace(const std::string& path, const AnalysisOptions& options) {
   replay.finish_dashboards();
   detail::add_warnings(report);
   detail::summarise_run(report);
+  detail::build_glance(lifetimes.summaries(), lifetimes.summaries_recorded(), reader, options.standout_fraction, report);
   // The verdicts need the device capacity, which the run's metadata gives.
   for (std::size_t i = 0; i < report.ooms.size() && i < replay.oom_contexts_.size(); ++i) {
     OomContext& c = replay.oom_contexts_[i];

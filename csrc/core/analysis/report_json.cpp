@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "glance_json.h"
 #include "json_writer.h"
 #include "ridgescope/phase.h"
 #include "ridgescope/report.h"
@@ -320,6 +321,7 @@ std::string report_to_json(const Report& r) {
 
   write_frames(w, r.frames);
   write_retained(w, r.retained);
+  write_glance(w, r.glance);
 
   w.key("consistency").begin_object();
   w.field("samples", r.consistency.samples).field("mismatches", r.consistency.mismatches);

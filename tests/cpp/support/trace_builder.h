@@ -94,6 +94,12 @@ class TraceBuilder {
     e.value = device_free;
     return emit(e);
   }
+  // rs.mark(name) (format 4).
+  TraceBuilder& mark(const std::string& name) {
+    Event e = make(EventKind::Mark);
+    e.string_id = recorder_.intern(name);
+    return emit(e);
+  }
   TraceBuilder& metadata(const std::string& key, const std::string& json) {
     recorder_.metadata(key, json);
     return *this;

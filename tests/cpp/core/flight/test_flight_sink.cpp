@@ -1,0 +1,207 @@
+// Specification of the flight recorder (ridgescope/flight.h, docs/long-runs.md): a bounded
+// trace keeps a summary of every step and the events of the steps that matter, and its
+// analysis of those steps is the full trace's.
+#include <string>
+#include <vector>
+
+#include "catch.h"
+#include "ridgescope/analysis.h"
+#include "ridgescope/flight.h"
+#include "ridgescope/trace_reader.h"
+#include "trace_builder.h"
+
+using namespace ridgescope;
+using ridgescope::testing::TempPath;
+using ridgescope::testing::TraceBuilder;
+
+namespace {
+
+constexpr std::uint64_t kSteps = 60;
+constexpr std::uint64_t kPeakStep = 7;   // a 1 MiB activation in forward, freed in backward
+constexpr std::uint64_t kOomStep = 31;   // a failed request in the optimizer step
+constexpr std::uint64_t kMarkStep = 44;  // rs.mark("eval")
+constexpr std::uint64_t kBig = 1u << 20;
+
+// A training loop on the CPU: two parameters, an input per step, a saved activation and an
+// untagged one (inferred from its lifetime), temporaries, gradients tagged at the end of
+// backward, optimizer state made lazily in the first step and tagged after it.
+void write_run(TraceBuilder& t) {
+  std::uint64_t now = 1000;
+  auto at = [&](std::uint64_t dt = 100) { t.at(now += dt); };
+  at();
+  t.alloc(0x1000, 4096).tag(0x1000, Category::Parameter, "fc1.weight");
+  t.alloc(0x3000, 1024).tag(0x3000, Category::Parameter, "fc2.weight");
+  for (std::uint64_t s = 0; s < kSteps; ++s) {
+    at();
+    t.begin("zero_grad");
+    if (s > 0) t.free(0x60000).free(0x80000);
+    t.end("zero_grad");
+    t.alloc(0x10000, 512);  // the batch
+    at();
+    t.begin("forward").tag(0x10000, Category::Input, "input", true);
+    t.alloc(0x20000, 2048 + 64 * (s % 5)).tag(0x20000, Category::Activation, "activation saved in fc1", true);
+    t.alloc(0x24000, 1536);  // untagged: made in forward, freed in backward (an activation)
+    t.alloc(0x30000, 700).free(0x30000);  // a temporary
+    if (s == kPeakStep) t.alloc(0x400000, kBig).tag(0x400000, Category::Activation, "big activation", true);
+    if (s == kMarkStep) t.mark("eval");
+    t.end("forward");
+    at();
+    t.begin("backward");
+    t.alloc(0x60000, 1024).alloc(0x70000, 2048).alloc(0x80000, 4096);
+    t.free(0x70000).free(0x20000).free(0x24000);
+    if (s == kPeakStep) t.free(0x400000);
+    t.tag(0x60000, Category::Gradient, "grad of fc2.weight").tag(0x80000, Category::Gradient, "grad of fc1.weight");
+    t.end("backward");
+    at();
+    t.begin("optimizer_step");
+    if (s == 0) {
+      t.alloc(0x90000, 4096).alloc(0xB0000, 1024);
+      t.tag(0x90000, Category::OptimizerState, "exp_avg of fc1.weight");
+      t.tag(0xB0000, Category::OptimizerState, "exp_avg of fc2.weight");
+    }
+    t.alloc(0xE0000, 512).free(0xE0000);
+    if (s == kOomStep) t.oom(1u << 30, 0);
+    t.end("optimizer_step");
+    t.free(0x10000);
+    t.step(s);
+  }
+  t.close();
+}
+
+const StepStats* step_of(const Report& r, std::uint64_t step) {
+  for (const StepStats& s : r.steps) if (s.step == step) return &s;
+  return nullptr;
+}
+
+std::vector<std::uint64_t> kept_steps(const Report& r) {
+  std::vector<std::uint64_t> out;
+  for (const StepStats& s : r.steps) out.push_back(s.step);
+  return out;
+}
+
+}  // namespace
+
+SCENARIO("a full trace compacted to keep 3 steps keeps every summary and the steps that matter",
+         "[core][flight]") {
+  GIVEN("a 60-step run with its highest peak in step 7, an OOM in step 31 and a mark in step 44") {
+    TempPath full_path, bounded_path;
+    {
+      TraceBuilder t(full_path.str());
+      write_run(t);
+    }
+    FlightOptions options;
+    options.keep_steps = 3;
+    options.rewrite_bytes = 2048;  // rewritten many times along the way
+    const CompactResult result = compact_trace(full_path.str(), bounded_path.str(), options);
+    const Report full = analyze_trace(full_path.str());
+    const Report bounded = analyze_trace(bounded_path.str());
+
+    THEN("every step has its summary, and they are those the full trace's events give") {
+      CHECK(result.steps == kSteps);
+      CHECK(bounded.glance.recorded);
+      CHECK_FALSE(full.glance.recorded);
+      REQUIRE(bounded.glance.steps.size() == kSteps);
+      REQUIRE(full.glance.steps.size() == kSteps);
+      CHECK(report_to_json(bounded).find(R"("keep_steps":3)") != std::string::npos);
+      // The summaries, row for row (the JSON of the section after its header).
+      const std::string a = report_to_json(full), b = report_to_json(bounded);
+      const auto rows = [](const std::string& j) { return j.substr(j.find("\"columns\""), j.find("\"growing_categories\"") - j.find("\"columns\"")); };
+      CHECK(rows(a) == rows(b));
+    }
+    THEN("the summary of the peak step is exact") {
+      const GlanceStep& s = bounded.glance.steps[kPeakStep];
+      const std::uint64_t params = 4096 + 1024, state = 4096 + 1024, grads = 1024 + 4096;
+      const std::uint64_t activations = (2048 + 64 * (kPeakStep % 5)) + 1536 + kBig;
+      // At the peak, in backward once the gradients and the grad of h1 are made and before the
+      // activations are freed: parameters, optimizer state, input, the saved, the inferred and
+      // the big activation, the gradients (their last step's were freed by zero_grad) and a
+      // temporary (made and freed in backward).
+      CHECK(bounded.glance.max_peak_step == kPeakStep);
+      CHECK(s.peak_bytes == full.peak.bytes);
+      CHECK(s.peak_by_category[category_index(Category::Parameter)] == params);
+      CHECK(s.peak_by_category[category_index(Category::OptimizerState)] == state);
+      CHECK(s.peak_by_category[category_index(Category::Input)] == 512);
+      CHECK(s.peak_by_category[category_index(Category::Activation)] == activations);
+      CHECK(s.peak_by_category[category_index(Category::Gradient)] == grads);
+      CHECK(s.peak_by_category[category_index(Category::Temporary)] == 2048);
+      CHECK(s.peak_bytes == params + state + 512 + activations + grads + 2048);
+      CHECK(s.ooms == 0);
+      CHECK(bounded.glance.steps[kOomStep].ooms == 1);
+      CHECK(bounded.glance.steps[kMarkStep].marks == 1);
+      CHECK(bounded.glance.steps[kMarkStep].mark == "eval");
+    }
+    THEN("the events kept are those of the peak step and the one before, the steps around the OOM "
+         "and the mark, and the last three") {
+      CHECK(kept_steps(bounded) == std::vector<std::uint64_t>{6, 7, 30, 31, 32, 43, 44, 45, 57, 58, 59});
+      REQUIRE(bounded.glance.windows.size() == 4);
+      CHECK(bounded.glance.windows[0].reasons == std::vector<std::string>{"highest_peak"});
+      CHECK(bounded.glance.windows[1].reasons == std::vector<std::string>{"oom"});
+      CHECK(bounded.glance.windows[2].reasons == std::vector<std::string>{"mark"});
+      CHECK(bounded.glance.windows[3].reasons == std::vector<std::string>{"last_steps"});
+      CHECK(bounded.timeline.gaps.size() == 3);
+      CHECK(bounded_path.str() != full_path.str());
+      CHECK(result.out_bytes < result.in_bytes);
+    }
+    THEN("the peak, its composition, its blocks and its sites are the full trace's") {
+      CHECK(bounded.peak.bytes == full.peak.bytes);
+      CHECK(bounded.peak.step == full.peak.step);
+      CHECK(bounded.peak.phase == full.peak.phase);
+      CHECK(bounded.peak.by_category == full.peak.by_category);
+      CHECK(bounded.peak.inferred_by_category == full.peak.inferred_by_category);
+      REQUIRE(bounded.peak.top_blocks.size() == full.peak.top_blocks.size());
+      for (std::size_t i = 0; i < full.peak.top_blocks.size(); ++i) {
+        CHECK(bounded.peak.top_blocks[i].label == full.peak.top_blocks[i].label);
+        CHECK(bounded.peak.top_blocks[i].bytes == full.peak.top_blocks[i].bytes);
+        CHECK(bounded.peak.top_blocks[i].category == full.peak.top_blocks[i].category);
+        CHECK(bounded.peak.top_blocks[i].step_allocated == full.peak.top_blocks[i].step_allocated);
+        CHECK(bounded.peak.top_blocks[i].phase_allocated == full.peak.top_blocks[i].phase_allocated);
+      }
+      REQUIRE(bounded.peak.by_label.size() == full.peak.by_label.size());
+      for (std::size_t i = 0; i < full.peak.by_label.size(); ++i) {
+        CHECK(bounded.peak.by_label[i].label == full.peak.by_label[i].label);
+        CHECK(bounded.peak.by_label[i].bytes == full.peak.by_label[i].bytes);
+      }
+    }
+    THEN("each kept step's statistics, phase by phase, are the full trace's") {
+      for (std::uint64_t step : kept_steps(bounded)) {
+        const StepStats* a = step_of(full, step);
+        const StepStats* b = step_of(bounded, step);
+        REQUIRE(a != nullptr);
+        REQUIRE(b != nullptr);
+        CHECK(b->start_bytes == a->start_bytes);
+        CHECK(b->peak_bytes == a->peak_bytes);
+        CHECK(b->end_bytes == a->end_bytes);
+        CHECK(b->peak_by_category == a->peak_by_category);
+        CHECK(b->end_by_category == a->end_by_category);
+        REQUIRE(b->phases.size() == a->phases.size());
+        for (std::size_t i = 0; i < a->phases.size(); ++i) {
+          CHECK(b->phases[i].phase == a->phases[i].phase);
+          CHECK(b->phases[i].peak_bytes == a->phases[i].peak_bytes);
+          CHECK(b->phases[i].peak_by_category == a->phases[i].peak_by_category);
+        }
+      }
+    }
+  }
+}
+
+SCENARIO("a run with keep_steps 0 is a full trace with a summary of every step", "[core][flight]") {
+  GIVEN("the same run compacted with keep_steps 0") {
+    TempPath full_path, all_path;
+    {
+      TraceBuilder t(full_path.str());
+      write_run(t);
+    }
+    compact_trace(full_path.str(), all_path.str(), FlightOptions{});
+    const Report full = analyze_trace(full_path.str());
+    const Report all = analyze_trace(all_path.str());
+    THEN("it keeps every step's events and its report is the full trace's, with recorded summaries") {
+      CHECK(all.steps.size() == full.steps.size());
+      CHECK(all.glance.recorded);
+      CHECK(all.glance.windows.size() == 1);
+      CHECK(all.glance.windows[0].reasons == std::vector<std::string>{"all"});
+      CHECK(all.peak.bytes == full.peak.bytes);
+      CHECK(all.timeline.gaps.empty());
+      CHECK(all.allocations == full.allocations);
+    }
+  }
+}
