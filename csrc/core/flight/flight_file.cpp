@@ -74,10 +74,10 @@ bool FlightFile::rewrite_due(std::uint64_t slack, const Keep& keep) {
   return false;
 }
 
-bool FlightFile::rewrite(const Keep& keep) {
+bool FlightFile::rewrite(const Keep& keep, const WindowEnd& window_end) {
   if (file_ == nullptr) return false;
   bool any_dropped = false;
-  for (const Piece& p : pieces_) any_dropped = any_dropped || !keep(p.step);
+  for (const Piece& p : pieces_) any_dropped = any_dropped || p.step == kResolved || !keep(p.step);
   if (!any_dropped) return true;
   if (std::fflush(file_) != 0) return fail("cannot write the trace file");
   const std::string tmp = path_ + ".rewrite";
@@ -98,8 +98,29 @@ bool FlightFile::rewrite(const Keep& keep) {
   std::uint64_t size = trace_format::kFileHeaderBytes;
   std::vector<char> buffer(1u << 20);
   bool ok = true;
+  std::int64_t last_step = kKept;
+  auto add = [&](std::uint64_t bytes, std::int64_t step) {
+    if (!kept.empty() && kept.back().step == step && kept.back().offset + kept.back().bytes == size) {
+      kept.back().bytes += bytes;
+    } else {
+      kept.push_back(Piece{size, bytes, step});
+    }
+    size += bytes;
+  };
   for (const Piece& p : pieces_) {
-    if (!keep(p.step)) continue;
+    if (p.step == kResolved || !keep(p.step)) continue;
+    if (p.step >= 0 && last_step >= 0 && p.step != last_step && p.step != last_step + 1) {
+      // A window ended with last_step: what its live blocks' later lives decided.
+      auto [payload, records] = window_end(last_step);
+      if (records > 0) {
+        if (!write_chunk(out, payload, records)) {
+          ok = false;
+          break;
+        }
+        add(trace_format::kChunkHeaderBytes + payload.size(), kResolved);
+      }
+    }
+    if (p.step >= 0) last_step = p.step;
     if (std::fseek(in, static_cast<long>(p.offset), SEEK_SET) != 0) {
       ok = false;
       break;
@@ -110,12 +131,7 @@ bool FlightFile::rewrite(const Keep& keep) {
       left -= n;
     }
     if (!ok) break;
-    if (!kept.empty() && kept.back().step == p.step && kept.back().offset + kept.back().bytes == size) {
-      kept.back().bytes += p.bytes;
-    } else {
-      kept.push_back(Piece{size, p.bytes, p.step});
-    }
-    size += p.bytes;
+    add(p.bytes, p.step);
   }
   std::fclose(in);
   if (!ok || std::fflush(out) != 0) {

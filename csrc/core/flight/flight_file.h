@@ -20,7 +20,8 @@ namespace ridgescope::detail {
 
 class FlightFile {
  public:
-  static constexpr std::int64_t kKept = -1;  // a piece kept for good
+  static constexpr std::int64_t kKept = -1;      // a piece kept for good
+  static constexpr std::int64_t kResolved = -2;  // a piece a rewrite replaces (Resolve records)
   // Whether the pieces of `step` (>= 0; kKept for pieces kept for good) are to be kept.
   using Keep = std::function<bool(std::int64_t step)>;
 
@@ -33,8 +34,12 @@ class FlightFile {
   // Whether the file holds enough dropped bytes to be rewritten: at least `slack` and at least
   // as much as it keeps (checked again only once the file has grown by slack / 4).
   bool rewrite_due(std::uint64_t slack, const Keep& keep);
-  // Rewrites the file with the pieces `keep` keeps.
-  bool rewrite(const Keep& keep);
+  // Records to put after the last kept step of a window (the step after it is not kept):
+  // (payload, records), empty for none.
+  using WindowEnd = std::function<std::pair<std::string, std::uint32_t>(std::int64_t last_step)>;
+  // Rewrites the file with the pieces `keep` keeps; the kResolved pieces are replaced by what
+  // `window_end` gives for each window that ends before another kept step.
+  bool rewrite(const Keep& keep, const WindowEnd& window_end);
   bool close();
 
   const std::string& path() const noexcept { return path_; }

@@ -9,7 +9,11 @@
 // time_base record (so it decodes without the chunks before it), and a step's first one with a
 // checkpoint of the ledger. The file (flight_file.h) is rewritten without the steps the keep
 // policy no longer keeps once enough of it is theirs.
+#include <map>
+#include <optional>
 #include <stdexcept>
+
+#include "absl/container/flat_hash_map.h"
 
 #include "byte_codec.h"
 #include "flight_file.h"
@@ -21,12 +25,20 @@
 namespace ridgescope {
 namespace {
 
+using detail::BlockLife;
 using detail::FlightFile;
+using detail::Resolved;
 
 class FlightSink final : public ChunkSink {
  public:
   FlightSink(const std::string& path, const FlightOptions& options)
-      : options_(options), file_(path), policy_(options.keep_steps, options.event_windows) {}
+      : options_(options), file_(path), policy_(options.keep_steps, options.event_windows) {
+    if (options_.keep_steps > 0) {
+      summarizer_.on_ended = [this](const BlockLife& b, const Resolved& r) {
+        if (watched_.contains(b.uid)) finals_[b.uid] = r;
+      };
+    }
+  }
   ~FlightSink() override { close(); }
 
   const std::string& path() const noexcept override { return file_.path(); }
@@ -56,7 +68,7 @@ class FlightSink final : public ChunkSink {
         // The step still running: its summaries so far (not complete).
         for (const StepSummary& s : summarizer_.open_summaries()) add_summary(s);
         ok = flush_buffers() && file_.flush();
-        if (ok && options_.keep_steps > 0) ok = file_.rewrite(keep());
+        if (ok && options_.keep_steps > 0) ok = rewrite();
       }
     } catch (...) {
       file_.set_error("the flight recorder failed while closing");
@@ -76,7 +88,65 @@ class FlightSink final : public ChunkSink {
   };
 
   FlightFile::Keep keep() const {
-    return [this](std::int64_t step) { return step < 0 || policy_.keeps(static_cast<std::uint64_t>(step)); };
+    return [this](std::int64_t step) {
+      return step == FlightFile::kKept || (step >= 0 && policy_.keeps(static_cast<std::uint64_t>(step)));
+    };
+  }
+
+  // The blocks live at the end of a step kept for an event (a window may end there): their
+  // final categories go after that window when the file is rewritten (Resolve records).
+  struct EndList {
+    struct Entry {
+      std::uint64_t uid, addr;
+      Device device;
+    };
+    std::vector<Entry> blocks;
+  };
+
+  void remember_end(std::uint64_t step) {
+    EndList& list = ends_[step];
+    list.blocks.clear();
+    summarizer_.for_each_live([&](const BlockLife& b) {
+      list.blocks.push_back({b.uid, b.addr, b.device});
+      ++watched_[b.uid];
+    });
+  }
+
+  void forget(EndList& list) {
+    for (const auto& entry : list.blocks) {
+      auto it = watched_.find(entry.uid);
+      if (it != watched_.end() && --it->second == 0) {
+        watched_.erase(it);
+        finals_.erase(entry.uid);
+      }
+    }
+    list.blocks.clear();
+  }
+
+  bool rewrite() {
+    for (auto it = ends_.begin(); it != ends_.end();) {  // windows that are gone
+      if (!policy_.keeps(it->first)) {
+        forget(it->second);
+        ends_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    return file_.rewrite(keep(), [this](std::int64_t last) {
+      std::pair<std::string, std::uint32_t> out;
+      auto it = ends_.find(static_cast<std::uint64_t>(last));
+      if (it == ends_.end()) return out;
+      for (const auto& entry : it->second.blocks) {
+        auto f = finals_.find(entry.uid);
+        std::optional<Resolved> r = f != finals_.end() ? std::optional<Resolved>(f->second)
+                                                      : summarizer_.resolution_now(entry.device, entry.addr, entry.uid);
+        if (!r) continue;
+        detail::encode_resolve(entry.device, entry.addr, r->category, r->inferred ? kTagInferred : 0, r->label_id,
+                               out.first);
+        ++out.second;
+      }
+      return out;
+    });
   }
 
   void add_summary(const StepSummary& s) {
@@ -87,6 +157,7 @@ class FlightSink final : public ChunkSink {
   void on_step_completed(const Event& e) {
     auto& done = summarizer_.completed();
     policy_.on_step(e.value, done);
+    if (options_.keep_steps > 0 && policy_.keeps_for_event(e.value)) remember_end(e.value);
     for (const StepSummary& s : done) add_summary(s);
     done.clear();
     ++steps_;
@@ -155,7 +226,7 @@ class FlightSink final : public ChunkSink {
       }
     }
     if (!flush_buffers() || !file_.flush()) return false;
-    if (file_.rewrite_due(options_.rewrite_bytes, keep())) return file_.rewrite(keep());
+    if (file_.rewrite_due(options_.rewrite_bytes, keep())) return rewrite();
     return true;
   }
 
@@ -193,6 +264,9 @@ class FlightSink final : public ChunkSink {
   detail::CodecClock clock_;
   detail::FlightPayload flight_;
   Buffer defs_, events_, summaries_;
+  std::map<std::uint64_t, EndList> ends_;                      // by step
+  absl::flat_hash_map<std::uint64_t, std::uint32_t> watched_;  // uid -> end lists holding it
+  absl::flat_hash_map<std::uint64_t, Resolved> finals_;        // uid -> how its life ended
   std::uint64_t events_step_ = 0;
   std::uint64_t steps_ = 0;  // steps completed
   bool new_step_ = true;

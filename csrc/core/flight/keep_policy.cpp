@@ -33,6 +33,10 @@ void KeepPolicy::on_step(std::uint64_t step, const std::vector<StepSummary>& sum
 
 bool KeepPolicy::keeps(std::uint64_t step) const {
   if (!any_complete_ || step > last_complete_ || last_complete_ - step < keep_steps_) return true;
+  return keeps_for_event(step);
+}
+
+bool KeepPolicy::keeps_for_event(std::uint64_t step) const {
   for (const auto& [code, best] : best_) {
     if (best.peak > 0 && (step == best.step || step + 1 == best.step)) return true;
   }

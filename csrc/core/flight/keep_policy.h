@@ -26,6 +26,9 @@ class KeepPolicy {
   void on_step(std::uint64_t step, const std::vector<StepSummary>& summaries);
   // Whether the events of `step` are kept now.
   bool keeps(std::uint64_t step) const;
+  // Whether they are kept for a reason other than being among the last steps (the highest peak,
+  // an OOM, a mark, a warning), so that the window that holds them may end there.
+  bool keeps_for_event(std::uint64_t step) const;
 
  private:
   void add_window(std::uint64_t first, std::uint64_t last);

@@ -139,7 +139,10 @@ void StepSummarizer::on_alloc(const Event& e) {
   DeviceState& d = device(e.device);
   std::optional<EndedBlock> replaced;
   BlockLife& b = lifetimes_.alloc(e, window_.step(), &replaced);
-  if (replaced) uncount(d, replaced->life, replaced->resolved.category);  // the same device
+  if (replaced) {
+    uncount(d, replaced->life, replaced->resolved.category);  // the same device
+    if (on_ended) on_ended(replaced->life, replaced->resolved);
+  }
   ++d.allocations;
   count(d, b);
   if (d.live > d.peak) {
@@ -153,7 +156,15 @@ void StepSummarizer::on_alloc(const Event& e) {
 void StepSummarizer::on_free(const Event& e) {
   std::optional<EndedBlock> ended = lifetimes_.free(e);
   DeviceState& d = device(e.device);
-  if (ended) uncount(d, ended->life, ended->resolved.category);
+  if (!ended) return;
+  uncount(d, ended->life, ended->resolved.category);
+  if (on_ended) on_ended(ended->life, ended->resolved);
+}
+
+std::optional<Resolved> StepSummarizer::resolution_now(Device device, std::uint64_t addr, std::uint64_t uid) {
+  BlockLife* b = lifetimes_.find(device, addr);
+  if (b == nullptr || b->uid != uid) return std::nullopt;
+  return b->final ? *b->final : lifetimes_.resolve(*b, /*freed=*/false);
 }
 
 void StepSummarizer::on_tag(const Event& e) {

@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,11 @@ class StepSummarizer {
   // Whether the last checkpoint was applied and its records are still coming.
   bool applying() const { return applying_; }
 
+  // Called with every block whose life ends (freed, or a missed free), and its category.
+  std::function<void(const BlockLife&, const Resolved&)> on_ended;
+  // The category a live block would have if its life ended now (not freed).
+  std::optional<Resolved> resolution_now(Device device, std::uint64_t addr, std::uint64_t uid);
+
   // The summaries a step record completed, in device order; the caller takes them.
   std::vector<StepSummary>& completed() { return completed_; }
   // The summaries of the step still open (not kSummaryComplete), for devices with activity in it.
@@ -65,6 +71,10 @@ class StepSummarizer {
   std::uint64_t step_begin_ns() const { return step_begin_ns_; }
   std::uint64_t last_time_ns() const { return last_time_ns_; }
   std::size_t live_blocks() const { return lifetimes_.live_blocks(); }
+  template <class Fn>
+  void for_each_live(Fn&& fn) const {
+    lifetimes_.for_each_live(fn);
+  }
 
  private:
   struct DeviceState {

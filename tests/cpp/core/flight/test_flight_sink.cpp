@@ -205,3 +205,38 @@ SCENARIO("a run with keep_steps 0 is a full trace with a summary of every step",
     }
   }
 }
+
+SCENARIO("a block live past the end of a kept window gets the category its later life decides",
+         "[core][flight]") {
+  GIVEN("a run whose peak step makes an untagged block in forward that a backward two steps later frees") {
+    TempPath full_path, bounded_path;
+    {
+      TraceBuilder t(full_path.str());
+      std::uint64_t now = 1000;
+      t.at(now).alloc(0x1000, 4096).tag(0x1000, Category::Parameter, "w");
+      for (std::uint64_t s = 0; s < 30; ++s) {
+        t.at(now += 100).begin("forward");
+        t.alloc(0x20000, 1024).tag(0x20000, Category::Activation, "saved", true);
+        if (s == 5) t.alloc(0x500000, 1u << 20);  // kept by the user's code for two steps
+        t.end("forward");
+        t.at(now += 100).begin("backward").free(0x20000);
+        if (s == 7) t.free(0x500000);  // ... and freed in a later backward: an activation
+        t.end("backward").step(s);
+      }
+      t.close();
+    }
+    FlightOptions options;
+    options.keep_steps = 2;
+    options.rewrite_bytes = 1024;
+    compact_trace(full_path.str(), bounded_path.str(), options);
+    const Report full = analyze_trace(full_path.str());
+    const Report bounded = analyze_trace(bounded_path.str());
+    THEN("the peak of step 5 is kept, and the block counts as an activation there as in the full trace") {
+      CHECK(full.peak.step == 5);
+      CHECK(full.peak.by_category[category_index(Category::Activation)] == 1024 + (1u << 20));
+      CHECK(kept_steps(bounded) == std::vector<std::uint64_t>{4, 5, 28, 29});
+      CHECK(bounded.peak.by_category == full.peak.by_category);
+      CHECK(bounded.peak.inferred_by_category == full.peak.inferred_by_category);
+    }
+  }
+}
