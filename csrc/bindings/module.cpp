@@ -19,6 +19,7 @@
 #include "tracking_session.h"
 #include "allocator_model_bindings.h"
 #include "distributed_bindings.h"
+#include "flight_bindings.h"
 
 namespace py = pybind11;
 using ridgescope::Category;
@@ -134,6 +135,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "ridgescope native core (see python/ridgescope for the public API)";
   ridgescope_bindings::bind_allocator_model(m);  // _C.AllocatorModel, simulate_allocator
   ridgescope_bindings::bind_distributed(m);      // _C.ddp_buckets
+  ridgescope_bindings::bind_flight(m);           // _C.compact_trace, read_summaries, TraceFollower
   py::register_exception<ridgescope::TraceError>(m, "TraceError", PyExc_ValueError);
 
   m.attr("TRACE_FORMAT_VERSION") = ridgescope::trace_format::kVersion;
@@ -288,14 +290,19 @@ PYBIND11_MODULE(_C, m) {
         "walker after checking it on this thread; returns '' or why Python frames are not read.");
 
   py::class_<TrackingSession>(m, "Session")
-      .def(py::init([](const std::string& path, std::uint64_t capacity, const std::string& stacks) {
+      .def(py::init([](const std::string& path, std::uint64_t capacity, const std::string& stacks,
+                       std::uint64_t keep_steps) {
              ridgescope::sources::StackMode mode;
              if (!ridgescope::sources::parse_stack_mode(stacks, &mode)) {
                throw py::value_error("stacks must be 'site', 'python', 'all' or 'none', got '" + stacks + "'");
              }
-             return std::make_unique<TrackingSession>(path, capacity, mode);
+             ridgescope::FlightOptions flight;
+             flight.keep_steps = keep_steps;
+             return std::make_unique<TrackingSession>(path, capacity, mode, flight);
            }),
-           py::arg("path"), py::arg("capacity") = 0, py::arg("stacks") = "site")
+           py::arg("path"), py::arg("capacity") = 0, py::arg("stacks") = "site", py::arg("keep_steps") = 0)
+      .def_property_readonly("keep_steps", &TrackingSession::keep_steps)
+      .def("mark", &TrackingSession::mark)
       .def("stop", &TrackingSession::stop, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("active", &TrackingSession::active)
       .def_property_readonly("degraded", &TrackingSession::degraded)
@@ -337,6 +344,7 @@ PYBIND11_MODULE(_C, m) {
         d["dropped_events"] = st.dropped_events;
         d["bytes_written"] = st.bytes_written;
         d["chunks_written"] = st.chunks_written;
+        d["file_bytes"] = st.file_bytes;
         d["buffer_bytes_peak"] = st.buffer_bytes_peak;
         return d;
       });

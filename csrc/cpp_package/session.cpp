@@ -171,7 +171,9 @@ struct Session::Impl {
 };
 
 Session::Session(Options options) : impl_(std::make_shared<Impl>()) {
-  impl_->native = std::make_unique<TrackingSession>(options.out(), options.capacity());
+  FlightOptions flight;
+  flight.keep_steps = options.keep_steps();
+  impl_->native = std::make_unique<TrackingSession>(options.out(), options.capacity(), sources::StackMode::Site, flight);
   impl_->capacity = options.capacity();
   if (options.driver_view()) impl_->native->start_driver_view(options.driver_view_interval_ms());
 }

@@ -30,8 +30,11 @@ bool storage_block(const at::Tensor& tensor, Device* device, std::uint64_t* addr
 
 }  // namespace
 
-TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity_bytes, StackMode stacks)
-    : recorder_(path), sites_(std::make_unique<SiteCapture>(&recorder_, stacks)) {
+TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity_bytes, StackMode stacks,
+                                 FlightOptions flight)
+    : keep_steps_(flight.keep_steps), recorder_(make_flight_sink(path, flight)),
+      sites_(std::make_unique<SiteCapture>(&recorder_, stacks)) {
+  recorder_.metadata("flight", flight_metadata(flight));
   recorder_.metadata("sites", sites_->describe());
   sample_name_id_ = recorder_.intern("allocator_live_bytes");
   reserved_sample_id_ = recorder_.intern("allocator_reserved_bytes");
@@ -110,6 +113,8 @@ void TrackingSession::phase_end(std::uint32_t name_id) noexcept {
 }
 
 void TrackingSession::step(std::uint64_t step) noexcept { marker(EventKind::Step, 0, step); }
+
+void TrackingSession::mark(std::uint32_t name_id) noexcept { marker(EventKind::Mark, name_id, 0); }
 
 void TrackingSession::sample_allocator() noexcept {
   if (active_) sample_allocator_unchecked();

@@ -22,6 +22,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "ridgescope/category.h"
+#include "ridgescope/flight.h"
 #include "ridgescope/recorder.h"
 #include "site_capture.h"
 
@@ -35,8 +36,9 @@ class TrackingSession {
   // session is already running or the path cannot be written.
   // capacity_bytes: a simulated CPU device capacity (0: none); see cpu_allocator_source.h.
   // stacks: what each allocation's site holds (site_capture.h; default the site alone).
+  // flight: the flight recorder's options (ridgescope/flight.h): keep_steps 0 keeps every step.
   explicit TrackingSession(const std::string& path, std::uint64_t capacity_bytes = 0,
-                           StackMode stacks = StackMode::Site);
+                           StackMode stacks = StackMode::Site, FlightOptions flight = {});
   ~TrackingSession();
   TrackingSession(const TrackingSession&) = delete;
   TrackingSession& operator=(const TrackingSession&) = delete;
@@ -50,6 +52,9 @@ class TrackingSession {
   void phase_begin(std::uint32_t name_id) noexcept;
   void phase_end(std::uint32_t name_id) noexcept;
   void step(std::uint64_t step) noexcept;
+  // rs.mark(name): a moment the user names; its step is kept with the one before and after.
+  void mark(std::uint32_t name_id) noexcept;
+  std::uint64_t keep_steps() const noexcept { return keep_steps_; }
   // Starts the NVML sampler (every interval_ms). Returns "" when it runs, else why not; the
   // reason is also recorded as `driver_view` metadata, so reports say it was absent.
   std::string start_driver_view(std::uint32_t interval_ms) noexcept;
@@ -108,6 +113,7 @@ class TrackingSession {
   void marker(EventKind kind, std::uint32_t name_id, std::uint64_t value) noexcept;
   void sample_allocator_unchecked() noexcept;
 
+  const std::uint64_t keep_steps_;
   Recorder recorder_;
   std::unique_ptr<SiteCapture> sites_;  // used by the sources until they are stopped
   std::atomic<bool> active_{false};

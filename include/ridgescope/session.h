@@ -76,11 +76,21 @@ class Options {
   bool driver_view() const noexcept { return driver_view_; }
   std::uint32_t driver_view_interval_ms() const noexcept { return driver_view_interval_ms_; }
 
+  // Keeps the trace bounded for long runs (docs/long-runs.md): a summary of every step, and the
+  // events of the last `steps` steps, the highest-peak step and the steps around OOMs, marks and
+  // warnings only. 0 (the default) keeps every step's events.
+  Options& keep_steps(std::uint64_t steps) {
+    keep_steps_ = steps;
+    return *this;
+  }
+  std::uint64_t keep_steps() const noexcept { return keep_steps_; }
+
  private:
   std::string out_ = "ridgescope.rstrace";
   std::uint64_t capacity_ = 0;
   bool driver_view_ = false;
   std::uint32_t driver_view_interval_ms_ = 100;
+  std::uint64_t keep_steps_ = 0;
 };
 
 class Session {

@@ -10,6 +10,7 @@ import torch  # noqa: F401  (loads libtorch before the native module that links 
 from . import _C
 from ._errors import RidgescopeError, TraceFormatError
 from ._estimate import Estimate, estimate
+from ._flight import mark
 from ._report import Report, load
 from ._session import Session, active_session, phase, track
 from ._version import __version__
@@ -27,6 +28,7 @@ __all__ = [
     "active_session",
     "estimate",
     "load",
+    "mark",
     "phase",
     "track",
 ]

@@ -15,9 +15,11 @@ import torch
 
 from . import _C
 from ._errors import RidgescopeError
+from ._flight import TRACK_DEFAULT, KeepSteps, resolve_keep_steps
 from ._format import parse_bytes
 from ._instrument import Instrumentation
 from ._report import Report
+from ._signals import SignalFlush, forget_at_exit, stop_at_exit
 
 _active_lock = threading.Lock()
 _active: "Session | None" = None
@@ -104,7 +106,8 @@ class Session:
                  optimizer: torch.optim.Optimizer | None = None,
                  out: str | os.PathLike[str] | None = None, *, activations: bool = True,
                  capacity: int | str | None = None, driver_view: bool | None = None,
-                 cuda: bool | None = None, stacks: str | None = "site") -> None:
+                 cuda: bool | None = None, stacks: str | None = "site",
+                 keep_steps: KeepSteps = None, keep_steps_default: KeepSteps = TRACK_DEFAULT) -> None:
         if stacks is not None and stacks not in STACK_MODES:
             raise ValueError(f"ridgescope.track: stacks must be one of {', '.join(map(repr, STACK_MODES))} "
                              f"or None, got {stacks!r}")
@@ -121,8 +124,14 @@ class Session:
             self.capacity = parse_bytes(capacity) if capacity is not None else None
         except ValueError as exc:
             raise ValueError(f"ridgescope.track: capacity: {exc}") from None
+        try:
+            # 0: every step's events; else the last N (docs/long-runs.md)
+            self.keep_steps = resolve_keep_steps(keep_steps, keep_steps_default)
+        except ValueError as exc:
+            raise ValueError(f"ridgescope.track: {exc}") from None
         self._activations = activations
         self.stacks = stacks
+        self._signals: SignalFlush | None = None
         # Why Python frames are not read for sites ("" when they are); set at start.
         self.sites_status: str | None = None
         # NVML sampling: on by default where CUDA is, and asked for explicitly elsewhere.
@@ -149,7 +158,7 @@ class Session:
             mode = self.stacks or "none"
             self.sites_status = _configure_sites() if mode != "none" else ""
             try:
-                self._native = _C.Session(str(self.path), self.capacity or 0, mode)
+                self._native = _C.Session(str(self.path), self.capacity or 0, mode, self.keep_steps)
             except RuntimeError as exc:
                 raise RidgescopeError(str(exc).removeprefix("ridgescope: ")) from None
             _active = self
@@ -171,6 +180,10 @@ class Session:
                 self._native.start_driver_view(100)
             self._instr.register_existing()
             self._instr.install()
+            # SIGTERM, SIGINT and SIGUSR1 flush the trace; exit stops a session left running.
+            self._signals = SignalFlush(self.flush, self.stop)
+            self._signals.install()
+            stop_at_exit(self.stop)
         except Exception as exc:  # never leave a half-installed session behind
             self._teardown()
             raise RidgescopeError(f"could not start tracking: {exc}") from exc
@@ -227,6 +240,10 @@ class Session:
 
     def _teardown(self) -> None:
         global _active
+        if self._signals is not None:
+            self._signals.remove()
+            self._signals = None
+        forget_at_exit(self.stop)
         if self._instr is not None:
             self._instr.remove()
         if self._native is not None:
@@ -293,6 +310,11 @@ class Session:
             self._report = Report.from_trace(self.path, top_blocks=top_blocks)
         return self._report
 
+    def _mark(self, name: str) -> None:
+        """rs.mark(name) (_flight.py): a named moment, whose step the trace keeps."""
+        if self._instr is not None and self.active and not self._instr.failed:
+            self._instr._guard(self._native.mark)(self._instr.label(name))
+
     def mark_step(self) -> None:
         """Counts a training step explicitly (for loops without a torch optimizer)."""
         if self._instr is not None and self.active:
@@ -312,7 +334,7 @@ class Session:
 def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
           out: str | os.PathLike[str] | None = None, *, activations: bool = True,
           capacity: int | str | None = None, driver_view: bool | None = None,
-          cuda: bool | None = None, stacks: str | None = "site") -> Session:
+          cuda: bool | None = None, stacks: str | None = "site", keep_steps: KeepSteps = None) -> Session:
     """Tracks memory while the ``with`` block runs::
 
         with rs.track(model=model, optimizer=opt, out="run.rstrace") as session:
@@ -337,12 +359,18 @@ def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer
     (docs/sites.md): ``"site"`` (the default) records the innermost frame of your code
     (file:line and function, skipping torch, ridgescope and the standard library) or, in
     backward, the autograd node and its module; ``"python"`` the whole Python stack;
-    ``"all"`` native frames too (slow: for a few steps); ``None`` nothing. Raises
+    ``"all"`` native frames too (slow: for a few steps); ``None`` nothing. ``keep_steps``
+    bounds the trace for long runs (docs/long-runs.md): a summary of every step, and the events
+    of only the last ``keep_steps`` steps, the highest-peak step and the steps around OOMs,
+    warnings and ``rs.mark()`` calls; ``"all"`` (the default here, unless the environment
+    variable ``RIDGESCOPE_KEEP_STEPS`` says otherwise) keeps every step's events. SIGTERM,
+    SIGINT and SIGUSR1 flush the trace while a session runs (their handlers chain to the ones
+    before). Raises
     RidgescopeError for a nested session or an unwritable path, TypeError for a model or
-    optimizer of the wrong type, ValueError for an unknown ``stacks``.
+    optimizer of the wrong type, ValueError for an unknown ``stacks`` or a bad ``keep_steps``.
     """
     return Session(model, optimizer, out, activations=activations, capacity=capacity,
-                   driver_view=driver_view, cuda=cuda, stacks=stacks)
+                   driver_view=driver_view, cuda=cuda, stacks=stacks, keep_steps=keep_steps)
 
 
 @contextlib.contextmanager

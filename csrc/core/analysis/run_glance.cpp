@@ -103,7 +103,6 @@ void find_windows(RunGlance& g, const Report& report) {
   }
   std::map<std::uint64_t, const GlanceStep*> by_step;
   for (const GlanceStep& s : g.steps) by_step[s.step] = &s;
-  const std::uint64_t last_step = g.steps.empty() ? 0 : g.steps.back().step;
   for (std::size_t i = 0; i < kept.size();) {
     std::size_t j = i;
     while (j + 1 < kept.size() && kept[j + 1] == kept[j] + 1) ++j;
@@ -114,7 +113,7 @@ void find_windows(RunGlance& g, const Report& report) {
     if (!g.keep_steps) {
       reason("all");
     } else {
-      if (w.last_step >= last_step) reason("last_steps");
+      if (j + 1 == kept.size()) reason("last_steps");  // the window the trace ends with
       if (w.first_step <= g.max_peak_step && g.max_peak_step <= w.last_step) reason("highest_peak");
       for (std::uint64_t s = w.first_step; s <= w.last_step + 1; ++s) {
         auto it = by_step.find(s);

@@ -204,7 +204,7 @@ StepSummary StepSummarizer::summary_of(const DeviceState& d, std::uint64_t step,
   s.start_bytes = d.start;
   s.end_bytes = d.live;
   s.peak_bytes = d.peak;
-  s.peak_reserved_bytes = d.peak_reserved;
+  s.peak_reserved_bytes = d.has_segments ? d.peak_reserved : d.peak;  // no segments: reserved is live
   s.allocations = d.allocations;
   s.ooms = d.ooms;
   s.marks = marks_;

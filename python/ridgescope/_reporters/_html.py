@@ -29,7 +29,10 @@ _PLACEHOLDER = re.compile(r"\{\{([A-Z]+)\}\}")
 # A page's script: these modules of _html_assets/, in order, inside one function (one scope, no
 # globals). common.js holds what both pages draw alike (category colours, byte formatting).
 REPORT_SCRIPTS = ("common.js", "report_base.js", "report_cards.js", "report_tables.js",
-                  "report_chart.js", "report_sites.js", "report_main.js")
+                  "report_chart.js", "report_sites.js", "report_glance.js", "report_main.js")
+# Steps of the run at a glance a page embeds: a longer run is cut to the step with the highest
+# peak of each of this many equal runs of steps, and every step that stands out.
+HTML_MAX_GLANCE_ROWS = 2000
 RANKS_SCRIPTS = ("common.js", "ranks.js")
 
 
@@ -57,6 +60,7 @@ def page_data(data: dict[str, Any], max_steps: int = HTML_MAX_STEPS) -> dict[str
     runs (so the page stays small: its size is bounded by the timeline's columns and this
     cap, not by the trace). Kept: the first and last steps, the steps with the highest peaks and
     those around the run's peak, in step order; ``html_steps`` says how many there were."""
+    data = _glance_rows(data)
     steps = data.get("steps", [])
     if len(steps) <= max_steps:
         return data
@@ -75,6 +79,24 @@ def page_data(data: dict[str, Any], max_steps: int = HTML_MAX_STEPS) -> dict[str
     out = dict(data)
     out["steps"] = [steps[i] for i in sorted(keep)]
     out["html_steps"] = {"total": len(steps), "listed": len(out["steps"])}
+    return out
+
+
+def _glance_rows(data: dict[str, Any], max_rows: int = HTML_MAX_GLANCE_ROWS) -> dict[str, Any]:
+    """The report with its ``at_a_glance`` rows cut to ``max_rows`` buckets (each bucket's step
+    with the highest peak) plus the steps that stand out, for a long run."""
+    g = data.get("at_a_glance")
+    if not g or len(g.get("rows", [])) <= max_rows:
+        return data
+    rows, peak = g["rows"], g["columns"].index("peak_bytes")
+    keep = {s["step"] for s in g["standouts"]}
+    chosen = []
+    for b in range(max_rows):
+        lo, hi = b * len(rows) // max_rows, (b + 1) * len(rows) // max_rows
+        chosen.append(max(range(lo, max(hi, lo + 1)), key=lambda i: rows[i][peak]))
+    chosen = sorted(set(chosen) | {i for i, r in enumerate(rows) if r[0] in keep})
+    out = dict(data)
+    out["at_a_glance"] = dict(g, rows=[rows[i] for i in chosen])
     return out
 
 

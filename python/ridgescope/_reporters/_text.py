@@ -7,6 +7,7 @@ from .. import _C
 from .._format import format_bytes, format_count
 from ._snapshot_text import device_summary, reason_lines
 from ._distributed_text import text_lines as distributed_text_lines
+from ._glance_text import glance_lines
 
 _SHOWN_PHASES = ("forward", "backward", "optimizer_step", "zero_grad", "checkpoint", "eval",
                  "recompute", "data")
@@ -191,6 +192,7 @@ def _header_and_peak_lines(d: dict[str, Any]) -> list[str]:
         out.extend(f"  note: {n}" for n in snap["notes"])
         out.extend([""] + device_summary(d) if device_summary(d) else [])
     out.append("")
+    out.extend(glance_lines(d))  # a long run's every step, summarised (docs/long-runs.md)
     dist_lines = distributed_text_lines(d)  # the rank and its DDP/FSDP/ZeRO state, if any
     if dist_lines:
         out.extend(dist_lines + [""])

@@ -34,21 +34,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "innermost frame of your code, or the autograd node in backward; "
                              "'python' the whole Python stack; 'all' native frames too (slow); "
                              "'none' nothing")
+    parser.add_argument("--keep-steps", default=None, metavar="N|all",
+                        help="keep the trace bounded for long runs (docs/long-runs.md): a summary "
+                             "of every step, and the events of the last N steps, of the step with "
+                             "the highest peak and of the steps around each OOM, warning and "
+                             "rs.mark(); 'all' keeps every step's events. Default: "
+                             "$RIDGESCOPE_KEEP_STEPS, else 20")
     parser.add_argument("script", type=Path, help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
 
 
 def run(args: argparse.Namespace) -> int:
     from .._errors import RidgescopeError
+    from .._flight import RUN_DEFAULT
     from .._format import format_bytes
-    from .._session import track
+    from .._session import Session
 
     script = args.script
     if not script.is_file():
         raise RidgescopeError(f"no such script: {script}")
-    session = track(out=args.out or Path(f"{script.stem}.rstrace"),
-                    activations=not args.no_activations_hook, capacity=args.capacity,
-                    stacks=None if args.stacks == "none" else args.stacks)
+    try:
+        session = Session(out=args.out or Path(f"{script.stem}.rstrace"),
+                          activations=not args.no_activations_hook, capacity=args.capacity,
+                          stacks=None if args.stacks == "none" else args.stacks,
+                          keep_steps=args.keep_steps, keep_steps_default=RUN_DEFAULT)
+    except ValueError as exc:
+        raise RidgescopeError(str(exc).removeprefix("ridgescope.track: ")) from None
     out = session.path  # one per rank under torchrun (per_rank_path)
 
     exit_code = 0

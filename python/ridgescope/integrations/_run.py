@@ -18,9 +18,10 @@ from typing import Any, Callable, TypeVar
 import torch
 
 from .._errors import RidgescopeError
+from .._flight import RUN_DEFAULT, KeepSteps, parse_keep_steps
 from .._format import parse_bytes
 from .._report import Report
-from .._session import Session, active_session, per_rank_path, phase, track
+from .._session import Session, active_session, per_rank_path, phase
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,7 +90,13 @@ class TrackedRun:
 
     def __init__(self, *, dirpath: str | os.PathLike[str] | None, activations: bool,
                  capacity: int | str | None, tensorboard: bool | str | os.PathLike[str],
-                 html: bool, step_offset: int, framework: str) -> None:
+                 html: bool, step_offset: int, framework: str, keep_steps: KeepSteps = None) -> None:
+        if keep_steps is not None:
+            try:
+                parse_keep_steps(keep_steps)
+            except ValueError as exc:
+                raise ValueError(f"RidgescopeCallback: {exc}") from None
+        self.keep_steps = keep_steps
         if capacity is not None:
             try:
                 parse_bytes(capacity)
@@ -173,8 +180,9 @@ class TrackedRun:
         if self.tensorboard_dir is not None and world_size > 1:
             self.tensorboard_dir = self.tensorboard_dir / f"rank{rank}"  # one run per rank
         try:
-            self.session = track(model=model, optimizer=optimizer, out=self.trace,
-                                 activations=self.activations, capacity=self.capacity)
+            self.session = Session(model=model, optimizer=optimizer, out=self.trace,
+                                   activations=self.activations, capacity=self.capacity,
+                                   keep_steps=self.keep_steps, keep_steps_default=RUN_DEFAULT)
             self.session.start()
         except RidgescopeError as exc:
             self.error = str(exc)

@@ -52,11 +52,12 @@ class _Adapter(RunResults):
 
     def __init__(self, dirpath: str | os.PathLike[str] | None = None, *, activations: bool = True,
                  capacity: int | str | None = None,
-                 tensorboard: bool | str | os.PathLike[str] = False, html: bool = True) -> None:
+                 tensorboard: bool | str | os.PathLike[str] = False, html: bool = True,
+                 keep_steps: int | str | None = None) -> None:
         super().__init__()
         self._run = TrackedRun(dirpath=dirpath, activations=activations, capacity=capacity,
                                tensorboard=tensorboard, html=html, step_offset=0,
-                               framework="lightning")
+                               framework="lightning", keep_steps=keep_steps)
 
     # report, trace and error come from RunResults (_run.py)
 

@@ -94,10 +94,11 @@ class RidgescopeCallback(RunResults, TrainerCallback):
 
     def __init__(self, output_dir: str | os.PathLike[str] | None = None, *,
                  activations: bool = True, capacity: int | str | None = None,
-                 tensorboard: bool | str | os.PathLike[str] = False, html: bool = True) -> None:
+                 tensorboard: bool | str | os.PathLike[str] = False, html: bool = True,
+                 keep_steps: int | str | None = None) -> None:
         self._run = TrackedRun(dirpath=output_dir, activations=activations, capacity=capacity,
                                tensorboard=tensorboard, html=html, step_offset=STEP_OFFSET,
-                               framework="transformers")
+                               framework="transformers", keep_steps=keep_steps)
         self._trainer: Any = None
         self._pending: list[str] = []  # phases the Trainer's flags announce after this step
 

@@ -1,6 +1,7 @@
 // report_main.js: draws the page, last of its modules (see report_base.js).
   // ------------------------------------------------------------------ start
   header();
+  glance();
   ooms();
   warnings();
   stepsTable();
