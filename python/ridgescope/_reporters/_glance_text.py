@@ -44,7 +44,7 @@ def sparkline(values: list[int], width: int = SPARK_WIDTH) -> str:
     if top == 0:
         return ""
     span = top - lo
-    return "".join(SPARK[-1] if span == 0 else SPARK[min(len(SPARK) - 1, (v - lo) * len(SPARK) // (span + 1))]
+    return "".join(SPARK[4] if span == 0 else SPARK[min(len(SPARK) - 1, (v - lo) * len(SPARK) // (span + 1))]
                    for v in vs)
 
 

@@ -14,6 +14,7 @@ from . import explain as _explain
 from . import fit as _fit
 from . import report as _report
 from . import run as _run
+from . import watch as _watch
 from . import whatif as _whatif
 
 # name -> (help, add_arguments(parser), run(args) -> exit code)
@@ -22,6 +23,7 @@ _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
     "report": (_report.HELP, _report.add_arguments, _report.run),
     "explain": (_explain.HELP, _explain.add_arguments, _explain.run),
     "run": (_run.HELP, _run.add_arguments, _run.run),
+    "watch": (_watch.HELP, _watch.add_arguments, _watch.run),
     "diff": (_diff.HELP, _diff.add_arguments, _diff.run),
     "whatif": (_whatif.HELP, _whatif.add_arguments, _whatif.run),
     "fit": (_fit.HELP, _fit.add_arguments, _fit.run),
