@@ -10,9 +10,8 @@ import torch  # noqa: F401  (loads libtorch before the native module that links 
 from . import _C
 from ._errors import RidgescopeError, TraceFormatError
 from ._estimate import Estimate, estimate
-from ._flight import mark
 from ._report import Report, load
-from ._session import Session, active_session, phase, track
+from ._session import Session, active_session, mark, phase, track
 from ._version import __version__
 
 CATEGORIES = tuple(_C.CATEGORIES)

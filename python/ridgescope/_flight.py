@@ -6,7 +6,8 @@ of the step with the highest peak and the one before it, and of the steps around
 retained-tensor warning and each ``rs.mark()``. ``keep_steps="all"`` keeps every step's events
 (the full trace). ``ridgescope run`` and the framework callbacks keep 20 steps by default;
 ``rs.track`` keeps all unless told otherwise. The environment variable ``RIDGESCOPE_KEEP_STEPS``
-(a number or ``all``) replaces either default; an explicit argument replaces the variable."""
+(a number or ``all``) replaces either default; an explicit argument replaces the variable.
+``rs.mark`` is the session's (_session.py)."""
 from __future__ import annotations
 
 import os
@@ -45,16 +46,3 @@ def resolve_keep_steps(value: KeepSteps, default: KeepSteps) -> int:
     if env is not None and env.strip():
         return parse_keep_steps(env, where=ENV)
     return parse_keep_steps(default)
-
-
-def mark(name: str) -> None:
-    """Names this moment of the run (``rs.mark("eval")``, ``rs.mark("checkpoint 5")``): the
-    trace keeps the events of its step, the step before and the step after, whatever
-    ``keep_steps`` is, and the report lists it among the steps that stand out. Outside a tracking
-    session this does nothing."""
-    if not isinstance(name, str) or not name:
-        raise TypeError("ridgescope.mark: name must be a non-empty string")
-    from ._session import active_session
-    session = active_session()
-    if session is not None:
-        session._mark(name)

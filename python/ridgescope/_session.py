@@ -392,3 +392,15 @@ def phase(name: str) -> Iterator[None]:
 def active_session() -> Session | None:
     """The session tracking now, or None."""
     return _active
+
+
+def mark(name: str) -> None:
+    """Names this moment of the run (``rs.mark("eval")``, ``rs.mark("checkpoint 5")``): the
+    trace keeps the events of its step, the step before and the step after, whatever
+    ``keep_steps`` is (docs/long-runs.md), and the report lists the step among those that
+    stand out. Outside a tracking session this does nothing."""
+    if not isinstance(name, str) or not name:
+        raise TypeError("ridgescope.mark: name must be a non-empty string")
+    session = _active
+    if session is not None:
+        session._mark(name)

@@ -58,6 +58,16 @@ def render_ranks_text(merged: dict[str, Any]) -> str:
         out += [_row(r) for r in top[:10]]
         out.append(f"  {'…':>5}  {len(rows) - 15} more rank(s) (the JSON report lists every rank)")
         out += [_row(r) for r in top[-5:]]
+    series = s.get("step_summaries") or {}
+    if series:
+        counts = sorted({v["steps"] for v in series.values()})
+        top = max(series.items(), key=lambda kv: (kv[1]["max_peak_bytes"], -int(kv[0])))
+        out += ["", f"Per-step summaries: {'/'.join(str(c) for c in counts)} step(s) per rank; the highest "
+                    f"step peak is rank {top[0]}'s, {format_bytes(top[1]['max_peak_bytes'])} in step "
+                    f"{top[1]['max_peak_step']} (each rank's median step peak: "
+                    + ", ".join(f"{k} {format_bytes(v['median_peak_bytes'])}" for k, v in
+                                sorted(series.items(), key=lambda kv: int(kv[0]))[:8])
+                    + (", ..." if len(series) > 8 else "") + ")"]
     if s["divergent_phases"]:
         out += ["", "Phases where ranks diverge (each phase's highest peak, lowest and highest rank):"]
         for p in s["divergent_phases"]:

@@ -26,6 +26,9 @@ RANK_TIMELINE_COLUMNS = 120
 # least this fraction of the highest.
 DIVERGENCE_FRACTION = 0.01
 MAX_LISTED_DIVERGENT = 12
+# Per-step summaries kept per rank (docs/long-runs.md): every step up to this many, else the
+# step with the highest peak of each of this many equal runs of steps.
+RANK_MAX_STEP_SUMMARIES = 4000
 MAX_LISTED_MISSING = 100
 
 _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)")
@@ -75,6 +78,27 @@ def _phase_peaks(report: dict[str, Any]) -> dict[str, int]:
     return out
 
 
+def step_series(report: dict[str, Any], limit: int = RANK_MAX_STEP_SUMMARIES) -> dict[str, Any]:
+    """A rank's per-step summaries (its report's ``at_a_glance``), as columns: every step, or on a
+    longer run the step with the highest peak of each of ``limit`` equal runs of steps."""
+    g = report.get("at_a_glance") or {}
+    rows, cols = g.get("rows") or [], g.get("columns") or []
+    names = ("step", "duration_ns", "peak_bytes", "peak_reserved_bytes", "end_bytes", "ooms")
+    index = {name: cols.index(name) for name in names if name in cols}
+    chosen = list(range(len(rows)))
+    if len(rows) > limit:
+        peak = index["peak_bytes"]
+        chosen = [max(range(b * len(rows) // limit, max((b + 1) * len(rows) // limit, b * len(rows) // limit + 1)),
+                      key=lambda i: rows[i][peak]) for b in range(limit)]
+    out: dict[str, Any] = {"steps": len(rows), "keep_steps": g.get("keep_steps"),
+                           "median_peak_bytes": g.get("median_peak_bytes", 0),
+                           "max_peak_bytes": g.get("max_peak_bytes", 0), "max_peak_step": g.get("max_peak_step"),
+                           "sampled": len(rows) > limit}
+    for name, i in index.items():
+        out[name] = [rows[j][i] for j in chosen]
+    return out
+
+
 def rank_summary(path: Path, report: dict[str, Any], position: int) -> dict[str, Any]:
     """What the merged report keeps of one rank's report."""
     d = distributed_section(report) or {}
@@ -119,6 +143,9 @@ def rank_summary(path: Path, report: dict[str, Any], position: int) -> dict[str,
         "duration_ns": trace["duration_ns"],
         "events": trace["events"],
         "phases": _phase_peaks(report),
+        "summarised_steps": (report.get("at_a_glance") or {}).get("steps", 0),
+        "keep_steps": (report.get("at_a_glance") or {}).get("keep_steps"),
+        "step_series": step_series(report),
         "timeline": {"end_time_ns": report["timeline"]["end_time_ns"],
                      "max_bytes": _dense_series(report["timeline"])},
     }
@@ -207,8 +234,10 @@ def merge_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         "highest": None,
         "divergent_phases": _divergent_phases(merged),
         "problems": problems,
-        "table": [{k: v for k, v in r.items() if k not in ("phases", "timeline")}
+        "table": [{k: v for k, v in r.items() if k not in ("phases", "timeline", "step_series")}
                   for r in summaries],
+        # Every rank's per-step summaries (docs/long-runs.md), by rank.
+        "step_summaries": {str(r["rank"]): r["step_series"] for r in merged},
         "phases": {str(r["rank"]): r["phases"] for r in merged},
         "timelines": {"columns": RANK_TIMELINE_COLUMNS,
                       "ranks": {str(r["rank"]): r["timeline"] for r in merged}},
