@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop after this many seconds even if the job still runs")
 
 
-def _traces(target: Path, known: dict[Path, object]) -> list[Path]:
+def _traces(target: Path) -> list[Path]:
     if target.is_dir():
         return sorted(target.glob("*.rstrace"))
     return [target]
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     watched: dict[Path, Watched] = {}
 
     def refresh() -> list[Watched]:
-        for p in _traces(args.trace, watched):
+        for p in _traces(args.trace):
             if p not in watched:
                 watched[p] = Watched(p)
         for w in watched.values():
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
                 ws = refresh()
                 live.update(renderable(ws, title), refresh=True)
         for w in ws:
-            console.print(final_line(w))
+            console.print(final_line(w), highlight=False, markup=False, soft_wrap=True)
         return 0
     ws = refresh()
     while True:

@@ -1,0 +1,152 @@
+"""Specification of the flight recorder (docs/long-runs.md): ``keep_steps`` bounds a trace to a
+summary of every step and the events of the steps that matter, and what it keeps is what a full
+trace of the same run says.
+
+The same-run comparisons record one run in full (its summaries written by the recording side)
+and re-record that trace through the flight recorder (``_C.compact_trace``, the same sink the
+live recording uses), so both summarise the very same events."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import ridgescope as rs
+from ridgescope import _C
+from ridgescope._flight import ENV, parse_keep_steps, resolve_keep_steps
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A small MLP trained for STEPS steps; step PEAK_STEP takes a batch 16 times larger (the highest
+# peak, far from the end), step MARK_STEP is marked. Steps are counted at each optimizer step:
+# the mark, made after the optimizer step of loop iteration MARK_STEP - 1, falls in MARK_STEP.
+STEPS, PEAK_STEP, MARK_STEP = 1500, 200, 900
+SCRIPT = f"""
+import sys
+import torch
+import ridgescope as rs
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+small = (torch.randn(16, 32), torch.randint(0, 8, (16,)))
+large = (torch.randn(256, 32), torch.randint(0, 8, (256,)))
+for step in range({STEPS}):
+    x, y = large if step == {PEAK_STEP} else small
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    if step == {MARK_STEP} - 1:
+        rs.mark("eval")
+"""
+
+
+def run_script(tmp_path: Path, keep_steps: str, name: str) -> Path:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / f"{name}.rstrace"
+    done = subprocess.run([sys.executable, "-m", "ridgescope", "run", "--keep-steps", keep_steps, "-o", str(out),
+                           str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def full_and_bounded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, Path, Path]:
+    tmp = tmp_path_factory.mktemp("flight")
+    full = run_script(tmp, "all", "full")
+    bounded = tmp / "bounded.rstrace"
+    _C.compact_trace(str(full), str(bounded), 10, 64 * 1024)  # rewritten many times on the way
+    return rs.load(full).to_dict(), rs.load(bounded).to_dict(), full, bounded
+
+
+def glance_rows(report: dict) -> str:
+    g = report["at_a_glance"]
+    return json.dumps({"columns": g["columns"], "rows": g["rows"], "marks": g["marks"]})
+
+
+def test_keep_steps_values_and_where_they_come_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given keep_steps as a count or 'all', then it reads as that count or 0 (all); anything
+    else is a clear error. Then an explicit value wins over $RIDGESCOPE_KEEP_STEPS, which wins
+    over the entry point's default."""
+    assert [parse_keep_steps(v) for v in (1, 20, "20", " All ", "all")] == [1, 20, 20, 0, 0]
+    for bad in (0, -3, "ten", "", True, 2.5):
+        with pytest.raises(ValueError, match="positive number of steps or 'all'"):
+            parse_keep_steps(bad)  # type: ignore[arg-type]
+    monkeypatch.delenv(ENV, raising=False)
+    assert (resolve_keep_steps(None, 20), resolve_keep_steps(None, "all"), resolve_keep_steps(5, 20)) == (20, 0, 5)
+    monkeypatch.setenv(ENV, "7")
+    assert (resolve_keep_steps(None, 20), resolve_keep_steps(None, "all"), resolve_keep_steps("all", 20)) == (7, 7, 0)
+    monkeypatch.setenv(ENV, "lots")
+    with pytest.raises(ValueError, match=ENV):
+        resolve_keep_steps(None, 20)
+    with pytest.raises(ValueError, match="ridgescope.track: keep_steps"):
+        rs.track(keep_steps=0)
+
+
+def test_the_summaries_of_every_step_equal_those_of_the_full_trace(full_and_bounded) -> None:
+    """Given a run recorded in full and the same events kept bounded (keep_steps 10), then every
+    step has a summary in both and the per-step rows are the same, byte for byte."""
+    full, bounded, full_path, bounded_path = full_and_bounded
+    assert full["at_a_glance"]["recorded"] and bounded["at_a_glance"]["recorded"]
+    assert bounded["at_a_glance"]["keep_steps"] == 10 and full["at_a_glance"]["keep_steps"] is None
+    assert full["at_a_glance"]["steps"] >= STEPS
+    assert glance_rows(bounded) == glance_rows(full)
+    assert bounded_path.stat().st_size * 10 < full_path.stat().st_size
+
+
+def test_the_highest_peak_far_from_the_end_is_kept_and_analysed_as_in_the_full_trace(full_and_bounded) -> None:
+    """Given the highest peak in step 200 of 1500, then the bounded trace keeps steps 199-200,
+    the marked step with its neighbours and the last ten steps, and its peak (bytes, step,
+    phase, composition, blocks, sites) is the full trace's."""
+    full, bounded, _, _ = full_and_bounded
+    g = bounded["at_a_glance"]
+    windows = [(w["first_step"], w["last_step"], w["reasons"]) for w in g["windows"]]
+    assert windows[0] == (PEAK_STEP - 1, PEAK_STEP, ["highest_peak"])
+    assert windows[1] == (MARK_STEP - 1, MARK_STEP + 1, ["mark"])
+    assert windows[2][1] - windows[2][0] + 1 >= 10 and windows[2][2] == ["last_steps"]
+    assert g["max_peak_step"] == full["peak"]["step"] == bounded["peak"]["step"] == PEAK_STEP
+    assert g["marks"] == [[MARK_STEP, "eval"]]
+    for key in ("bytes", "reserved_bytes", "phase", "phase_stack", "by_category", "inferred_by_category",
+                "by_label", "by_site"):
+        assert bounded["peak"][key] == full["peak"][key], key
+    strip = lambda blocks: [{k: v for k, v in b.items() if k != "address"} for b in blocks]  # noqa: E731
+    assert strip(bounded["peak"]["top_blocks"]) == strip(full["peak"]["top_blocks"])
+    # And the kept steps' statistics, phase by phase, are the full trace's.
+    by_step = {s["step"]: s for s in full["steps"]}
+    for s in bounded["steps"]:
+        f = by_step[s["step"]]
+        assert (s["peak_bytes"], s["peak_by_category"], s["end_by_category"]) == \
+               (f["peak_bytes"], f["peak_by_category"], f["end_by_category"])
+        assert [(p["phase"], p["peak_bytes"], p["peak_by_category"]) for p in s["phases"]] == \
+               [(p["phase"], p["peak_bytes"], p["peak_by_category"]) for p in f["phases"]]
+
+
+def test_the_report_opens_with_the_run_at_a_glance(full_and_bounded) -> None:
+    """Then the text report of the bounded trace opens with the run at a glance: every step
+    summarised, the peak step and the mark among the steps that stand out, the kept windows;
+    and the JSON costs under 200 bytes per summarised step."""
+    _, bounded, _, bounded_path = full_and_bounded
+    text = rs.load(bounded_path).summary()
+    glance = text[text.index("The run at a glance"):text.index("Peak:")]
+    assert f"highest {_C.format_bytes(bounded['at_a_glance']['max_peak_bytes'])} in step {PEAK_STEP}" in glance
+    assert f"step {PEAK_STEP} " in glance and "marked 'eval'" in glance
+    assert f"{PEAK_STEP - 1}-{PEAK_STEP} (highest peak)" in glance
+    rows = json.dumps(bounded["at_a_glance"]["rows"], separators=(",", ":"))
+    assert len(rows) / bounded["at_a_glance"]["steps"] < 200
+
+
+def test_a_live_bounded_run_keeps_every_summary_and_the_peak_step(tmp_path: Path) -> None:
+    """Given `ridgescope run --keep-steps 5` on the same script, then its trace is bounded: a
+    summary of every step, the events of the peak step and the one before, of the mark's steps
+    and of the last five; the peak is in step 200."""
+    report = rs.load(run_script(tmp_path, "5", "live")).to_dict()
+    g = report["at_a_glance"]
+    assert g["keep_steps"] == 5 and g["steps"] >= STEPS
+    assert [s["step"] for s in report["steps"]][:5] == [PEAK_STEP - 1, PEAK_STEP, MARK_STEP - 1, MARK_STEP, MARK_STEP + 1]
+    assert report["peak"]["step"] == PEAK_STEP and g["max_peak_step"] == PEAK_STEP
+    assert len(report["timeline"]["gaps"]["from_ns"]) == 2
