@@ -7,6 +7,8 @@ these variants:
   tracked           inside ``rs.track(model=..., optimizer=...)`` writing a trace to a temp file
                     (activations tagged by the saved-tensor hook, and each allocation's site:
                     the defaults)
+  tracked_bounded   the same with ``keep_steps=20``: the flight recorder's bounded trace, the
+                    default of ``ridgescope run`` and the integrations (docs/long-runs.md)
   tracked_nosites   the same with ``stacks=None``: no allocation site (docs/sites.md)
   tracked_python    the same with ``stacks="python"``: the whole Python stack of every allocation
   tracked_lifetime  the default with ``activations=False``: no saved-tensor hook, activations
@@ -73,14 +75,16 @@ from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
 
 import ridgescope as rs  # noqa: E402
 
-VARIANTS = ("untracked", "tracked", "tracked_nosites", "tracked_python", "tracked_lifetime",
+VARIANTS = ("untracked", "tracked", "tracked_bounded", "tracked_nosites", "tracked_python", "tracked_lifetime",
             "profiler", "compiled", "compiled_tracked", "compiled_tracked_lifetime")
-DEFAULT_VARIANTS = ("untracked", "tracked", "tracked_nosites", "tracked_python", "tracked_lifetime",
+DEFAULT_VARIANTS = ("untracked", "tracked", "tracked_bounded", "tracked_nosites", "tracked_python", "tracked_lifetime",
                     "profiler")
-TRACKED = {"tracked": {}, "tracked_nosites": {"stacks": None}, "tracked_python": {"stacks": "python"},
+TRACKED = {"tracked": {"keep_steps": "all"}, "tracked_bounded": {"keep_steps": 20},
+           "tracked_nosites": {"stacks": None}, "tracked_python": {"stacks": "python"},
            "tracked_lifetime": {"activations": False},
            "compiled_tracked": {}, "compiled_tracked_lifetime": {"activations": False}}
-TARGETS = {"tracked_over_untracked": 1.05, "tracked_python_over_untracked": 1.15,
+TARGETS = {"tracked_over_untracked": 1.05, "tracked_bounded_over_untracked": 1.05,
+           "tracked_python_over_untracked": 1.15,
            "compiled_tracked_over_compiled": 1.05}
 TARGET_TRACKED_OVER_UNTRACKED = 1.05
 N_BATCHES = 4  # distinct fixed batches, cycled
