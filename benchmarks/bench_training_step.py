@@ -77,8 +77,8 @@ import ridgescope as rs  # noqa: E402
 
 VARIANTS = ("untracked", "tracked", "tracked_bounded", "tracked_nosites", "tracked_python", "tracked_lifetime",
             "profiler", "compiled", "compiled_tracked", "compiled_tracked_lifetime")
-DEFAULT_VARIANTS = ("untracked", "tracked", "tracked_bounded", "tracked_nosites", "tracked_python", "tracked_lifetime",
-                    "profiler")
+DEFAULT_VARIANTS = ("untracked", "tracked", "tracked_bounded", "tracked_nosites", "tracked_python",
+                    "tracked_lifetime", "profiler")
 TRACKED = {"tracked": {"keep_steps": "all"}, "tracked_bounded": {"keep_steps": 20},
            "tracked_nosites": {"stacks": None}, "tracked_python": {"stacks": "python"},
            "tracked_lifetime": {"activations": False},

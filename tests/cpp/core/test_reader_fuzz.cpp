@@ -36,6 +36,7 @@
 #include "pickle_writer.h"
 #include "ridgescope/allocator_model.h"
 #include "ridgescope/analysis.h"
+#include "ridgescope/flight.h"
 #include "ridgescope/recorder.h"
 #include "ridgescope/snapshot.h"
 #include "ridgescope/trace_format.h"
@@ -279,6 +280,30 @@ void write_cuda_step(TraceBuilder& t) {
   t.alloc(0x7f0000000000, 512).tag(0x7f0000000000, Category::Parameter, "w");
   t.at(900).begin("forward").alloc(0x7f0000000200, 1024).free(0x7f0000000200).end("forward").step(0);
   t.close();
+}
+
+// A bounded trace (format 4, the flight recorder): twelve steps compacted to keep two, with a
+// mark and an OOM, so it has time bases, checkpoints, summaries and resolutions.
+std::string bounded_trace_bytes() {
+  TempPath full, bounded;
+  {
+    TraceBuilder t(full.str());
+    t.at(100).alloc(0x1000, 4096).tag(0x1000, Category::Parameter, "w");
+    for (std::uint64_t step = 0; step < 12; ++step) {
+      t.at(200 + 100 * step).begin("forward").alloc(0x2000, 1024 + 64 * step).tag(0x2000, Category::Activation, "a", true);
+      if (step == 3) t.alloc(0x9000, 1 << 20).mark("eval");  // live until step 8's backward
+      t.end("forward").begin("backward").free(0x2000);
+      if (step == 8) t.free(0x9000);
+      if (step == 6) t.oom(1 << 30, 0);
+      t.end("backward").step(step);
+    }
+    t.close();
+  }
+  FlightOptions options;
+  options.keep_steps = 2;
+  options.rewrite_bytes = 256;
+  compact_trace(full.str(), bounded.str(), options);
+  return slurp(bounded.str());
 }
 
 std::string step_trace_bytes(bool cuda) {
@@ -606,17 +631,16 @@ void require_readable_snapshot(const std::string& bytes) {
 
 SCENARIO("corrupt trace files are refused with a TraceError or read as a truncated prefix, never a crash",
          "[core][fuzz][trace]") {
-  GIVEN("valid CPU and CUDA traces of a training step, written by the Recorder") {
-    const std::string seeds[2] = {step_trace_bytes(false), step_trace_bytes(true)};
-    require_readable_seed(seeds[0]);
-    require_readable_seed(seeds[1]);
+  GIVEN("valid CPU and CUDA traces of a training step, written by the Recorder, and a bounded trace") {
+    const std::string seeds[3] = {step_trace_bytes(false), step_trace_bytes(true), bounded_trace_bytes()};
+    for (const std::string& seed : seeds) require_readable_seed(seed);
     WHEN("their bytes are mutated: flips, insertions, deletions, truncations, inflated lengths, splices") {
       const std::uint64_t n = iterations();
       Rng rng = rng_for(1);
       Outcomes o{"trace bytes"};
       TempPath path(".trace_bytes");
       for (std::uint64_t i = 0; i < n; ++i) {
-        spill(path.str(), mutate_bytes(seeds[i % 2], rng, seeds[(i + 1) % 2], kTraceTokens));
+        spill(path.str(), mutate_bytes(seeds[i % 3], rng, seeds[(i + 1) % 3], kTraceTokens));
         o.run<TraceError>(i, [&] {
           read_all(path.str());
           (void)analyze_trace(path.str()).to_json();
@@ -638,13 +662,13 @@ SCENARIO("corrupt trace files are refused with a TraceError or read as a truncat
       Outcomes o{"trace chunks"};
       TempPath path(".trace_chunks");
       for (std::uint64_t i = 0; i < n; ++i) {
-        const std::string& seed = seeds[i % 2];
+        const std::string& seed = seeds[i % 3];
         std::vector<Chunk> chunks = split_chunks(seed);
         REQUIRE_FALSE(chunks.empty());
         Chunk& c = chunks[rng.below(chunks.size())];
         std::vector<std::string> records = split_records(c.payload);
         switch (records.empty() ? 0 : rng.below(4)) {
-          case 0: c.payload = mutate_bytes(c.payload, rng, seeds[(i + 1) % 2], kTraceTokens); break;
+          case 0: c.payload = mutate_bytes(c.payload, rng, seeds[(i + 1) % 3], kTraceTokens); break;
           case 1: c.records = static_cast<std::uint32_t>(rng.chance(50) ? c.records + rng.below(3) - 1 : interesting(rng)); break;
           default: {  // one record's bytes changed, dropped, repeated or moved; the count kept right
             const std::size_t r = static_cast<std::size_t>(rng.below(records.size()));
