@@ -2,6 +2,7 @@
 // flight recorder's sink, record by record, with its own times and threads. Strings, frames and
 // stacks are interned again in the order the trace defines them, so their ids are the trace's
 // (and mapped where a trace's ids are not dense).
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -72,6 +73,7 @@ CompactResult compact_trace(const std::string& in, const std::string& out, const
       case EventKind::CheckpointSegment:
       case EventKind::Resolve:
         recorder.close();
+        std::remove(out.c_str());  // nothing of it is worth keeping
         throw std::runtime_error("'" + in + "' is a bounded trace (it keeps some steps only): only a full trace "
                                  "(keep_steps all) can be compacted");
       default:

@@ -9,6 +9,7 @@ import sys
 from typing import Callable, Sequence
 
 from .._errors import RidgescopeError
+from . import compact as _compact
 from . import diff as _diff
 from . import explain as _explain
 from . import fit as _fit
@@ -25,6 +26,7 @@ _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
     "run": (_run.HELP, _run.add_arguments, _run.run),
     "watch": (_watch.HELP, _watch.add_arguments, _watch.run),
     "diff": (_diff.HELP, _diff.add_arguments, _diff.run),
+    "compact": (_compact.HELP, _compact.add_arguments, _compact.run),
     "whatif": (_whatif.HELP, _whatif.add_arguments, _whatif.run),
     "fit": (_fit.HELP, _fit.add_arguments, _fit.run),
 }
