@@ -165,6 +165,18 @@ void ModuleRanges::exit() noexcept {
   if (i < it->second.calls.size()) it->second.calls[i].end = seq;
 }
 
+void ModuleRanges::on_step() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [id, t] : threads_) {
+    // Calls that began before the previous step ended: the step between ran their backward.
+    while (!t.calls.empty() && t.base < t.step_mark && t.calls.front().end != UINT64_MAX) {
+      t.calls.pop_front();
+      ++t.base;
+    }
+    t.step_mark = t.base + t.calls.size();
+  }
+}
+
 std::uint32_t ModuleRanges::module_of(std::uint64_t thread_id, std::uint64_t seq) const noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = threads_.find(thread_id);

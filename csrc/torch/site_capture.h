@@ -73,13 +73,17 @@ PythonFrameWalker* python_frame_walker() noexcept;
 
 // Which module's forward created each autograd node: the sequence numbers autograd gives the
 // nodes created on a thread (at::sequence_number) at the start and end of every module call on
-// that thread. Bounded: the oldest calls are forgotten past kMaxCalls per thread (their nodes
-// then have no module).
+// that thread. Bounded: at each training step the calls that began before the step before are
+// forgotten (their graphs have run; a long run's memory stays flat), and past kMaxCalls per
+// thread the oldest are (their nodes then have no module).
 class ModuleRanges {
  public:
   static constexpr std::size_t kMaxCalls = 1u << 17;
   void enter(std::uint32_t module_id) noexcept;  // the module's name (trace string id)
   void exit() noexcept;
+  // A training step ended: forgets the calls that began before the previous step ended, and
+  // that have ended.
+  void on_step() noexcept;
   // The innermost module whose call on forward thread `thread_id` spanned sequence number
   // `seq`; 0 when none is known.
   std::uint32_t module_of(std::uint64_t thread_id, std::uint64_t seq) const noexcept;
@@ -93,6 +97,7 @@ class ModuleRanges {
   struct Thread {
     std::uint64_t base = 0;  // absolute index of calls.front()
     std::deque<Call> calls;  // in order of start (and so of begin)
+    std::uint64_t step_mark = 0;  // absolute index of the first call after the last step end
   };
   mutable std::mutex mutex_;  // leaf lock
   absl::flat_hash_map<std::uint64_t, Thread> threads_;

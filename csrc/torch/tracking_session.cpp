@@ -112,7 +112,10 @@ void TrackingSession::phase_end(std::uint32_t name_id) noexcept {
   marker(EventKind::PhaseEnd, name_id, 0);
 }
 
-void TrackingSession::step(std::uint64_t step) noexcept { marker(EventKind::Step, 0, step); }
+void TrackingSession::step(std::uint64_t step) noexcept {
+  marker(EventKind::Step, 0, step);
+  if (sites_->mode() != StackMode::Off) sites_->modules().on_step();  // bounded over a long run
+}
 
 void TrackingSession::mark(std::uint32_t name_id) noexcept { marker(EventKind::Mark, name_id, 0); }
 

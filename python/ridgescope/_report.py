@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +83,7 @@ class Report:
 
     def to_json(self, path: str | os.PathLike[str] | None = None, indent: int | None = 2) -> str:
         """The report as JSON text; also written to ``path`` when given."""
-        text = json.dumps(self._data, indent=indent)
+        text = dumps_report(self._data, indent=indent)
         if path is not None:
             Path(path).write_text(text + "\n")
         return text
@@ -145,6 +147,35 @@ class Report:
         """Every phase instance in order, optionally only those called ``name``."""
         return [p for s in self._data["steps"] for p in s["phases"]
                 if name is None or p["phase"] == name]
+
+
+def dumps_report(data: Any, indent: int | None = 2) -> str:
+    """A report as JSON text, indented for people except the per-step rows of ``at_a_glance``
+    (and of the merged report's ``step_summaries``), which stay one line each: a long run has
+    one row per step, and indenting every number of it would triple the file."""
+    if indent is None:
+        return json.dumps(data)
+    rows: list[str] = []
+    # Each row is serialized compactly and stands in the indented text as a placeholder string
+    # with a random tag, which no string of the report (labels come from traces) can match.
+    tag = secrets.token_hex(16)
+
+    def compact(obj: Any) -> Any:
+        rows.append(json.dumps(obj, separators=(",", ":")))
+        return f"{tag}:{len(rows) - 1}"
+
+    shallow = dict(data)
+    glance = shallow.get("at_a_glance")
+    if isinstance(glance, dict) and isinstance(glance.get("rows"), list):
+        shallow["at_a_glance"] = dict(glance, rows=[compact(r) for r in glance["rows"]])
+    ranks = shallow.get("ranks")
+    if isinstance(ranks, dict) and isinstance(ranks.get("step_summaries"), dict):
+        shallow["ranks"] = dict(ranks, step_summaries={
+            k: {name: compact(v) if isinstance(v, list) else v for name, v in s.items()}
+            if isinstance(s, dict) else s
+            for k, s in ranks["step_summaries"].items()})
+    text = json.dumps(shallow, indent=indent)
+    return re.sub(f'"{tag}:(\\d+)"', lambda m: rows[int(m.group(1))], text)
 
 
 def load(path: str | os.PathLike[str], **analysis_options: Any) -> Report:

@@ -150,3 +150,17 @@ def test_a_live_bounded_run_keeps_every_summary_and_the_peak_step(tmp_path: Path
     assert [s["step"] for s in report["steps"]][:5] == [PEAK_STEP - 1, PEAK_STEP, MARK_STEP - 1, MARK_STEP, MARK_STEP + 1]
     assert report["peak"]["step"] == PEAK_STEP and g["max_peak_step"] == PEAK_STEP
     assert len(report["timeline"]["gaps"]["from_ns"]) == 2
+
+
+def test_the_json_report_keeps_each_steps_row_on_one_line(full_and_bounded) -> None:
+    """Then the JSON text of the bounded report (`ridgescope report --format json`) reads back
+    as the report itself, indented, except each per-step row of the run at a glance, which is
+    one compact line."""
+    _, bounded, _, _ = full_and_bounded
+    text = rs.Report(bounded).to_json()
+    assert json.loads(text) == bounded
+    lines = {line.strip().rstrip(",") for line in text.splitlines()}
+    rows = bounded["at_a_glance"]["rows"]
+    assert len(rows) >= STEPS
+    assert all(json.dumps(r, separators=(",", ":")) in lines for r in rows)
+    assert '  "at_a_glance": {' in text.splitlines()

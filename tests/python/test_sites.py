@@ -119,13 +119,15 @@ def producers_of_gradients(loss: torch.Tensor, params: dict[int, str]) -> dict[s
 
 
 def test_blocks_made_in_backward_name_the_autograd_node_and_its_module(trace_path):
-    """Scenario: the same loop, with a large tensor made right after backward so that the peak
-    comes after it and every gradient is live there.
+    """Scenario: the same loop for four steps, with a large tensor made right after backward and
+    kept, so that the peak comes after the last step's backward and every gradient is live there
+    (the module calls of the steps before the one before are forgotten at each step by then).
     Given the report,
     then each gradient's site is the backward node that produced it and the module that owns the
     parameter, as torch's own graph of that step says ("AddmmBackward0 of layers.0.mlp.fc1")."""
     holder = []
-    _, _, r, _ = tracked_run(trace_path, after_backward=lambda: holder.append(torch.empty(8 << 20, dtype=torch.uint8)))
+    _, _, r, _ = tracked_run(trace_path, steps=4,
+                             after_backward=lambda: holder.append(torch.empty(8 << 20, dtype=torch.uint8)))
     model = make_gpt()
     names = {id(p): n for n, p in model.named_parameters()}
     x, y = gpt_inputs(8, 0)

@@ -3,10 +3,10 @@ traces (called by report.py)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from .._errors import RidgescopeError
+from .._report import dumps_report
 from ..distributed import expand_inputs, merge_traces
 from ._output import emit
 
@@ -30,7 +30,7 @@ def report_ranks(args: argparse.Namespace) -> int:
             merged = merge_traces(files)
         with progress.stage(stages[1]):
             if args.format == "json":
-                text = json.dumps(merged, indent=2) + "\n"
+                text = dumps_report(merged) + "\n"
             elif args.format == "html":
                 from .._reporters._ranks_html import render_ranks_html
                 text = render_ranks_html(merged)

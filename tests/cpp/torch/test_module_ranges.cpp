@@ -1,0 +1,101 @@
+// Specification of ModuleRanges (csrc/torch/site_capture.h): which module's forward created an
+// autograd node, from the sequence numbers autograd hands out on a thread, and how the calls of
+// past steps are forgotten so that a long run's memory stays flat. The nodes are simulated by
+// taking sequence numbers the way autograd does when it creates one
+// (at::sequence_number::get_and_increment).
+#include <ATen/SequenceNumber.h>
+#include <ATen/record_function.h>
+
+#include <cstdint>
+
+#include "catch.h"
+#include "site_capture.h"
+
+using ridgescope::sources::ModuleRanges;
+
+namespace {
+
+// One module call that creates one autograd node; returns the node's sequence number.
+std::uint64_t call_creating_a_node(ModuleRanges& ranges, std::uint32_t module_id) {
+  ranges.enter(module_id);
+  const std::uint64_t seq = at::sequence_number::get_and_increment();
+  ranges.exit();
+  return seq;
+}
+
+}  // namespace
+
+SCENARIO("module calls are forgotten one step after the step they ran in", "[torch][sites]") {
+  const std::uint64_t thread = at::RecordFunction::currentThreadId();
+  GIVEN("the forward of module 1 in step 0, and of module 2 in step 1") {
+    ModuleRanges ranges;
+    const std::uint64_t a = call_creating_a_node(ranges, 1);
+    ranges.on_step();  // step 0 ends
+    const std::uint64_t b = call_creating_a_node(ranges, 2);
+    THEN("before step 1 ends both nodes name their module") {
+      CHECK(ranges.module_of(thread, a) == 1);
+      CHECK(ranges.module_of(thread, b) == 2);
+    }
+    WHEN("step 1 ends") {
+      ranges.on_step();
+      THEN("step 0's call is forgotten and step 1's is still known") {
+        CHECK(ranges.module_of(thread, a) == 0);
+        CHECK(ranges.module_of(thread, b) == 2);
+      }
+      AND_WHEN("step 2 runs module 3 and ends") {
+        const std::uint64_t c = call_creating_a_node(ranges, 3);
+        ranges.on_step();
+        THEN("only step 2's call is known") {
+          CHECK(ranges.module_of(thread, b) == 0);
+          CHECK(ranges.module_of(thread, c) == 3);
+        }
+      }
+    }
+    THEN("another thread's sequence numbers name no module") { CHECK(ranges.module_of(thread + 1, b) == 0); }
+  }
+  GIVEN("10,000 steps of one call each") {
+    ModuleRanges ranges;
+    const std::uint64_t first = call_creating_a_node(ranges, 7);
+    ranges.on_step();
+    std::uint64_t last = 0;
+    for (std::uint32_t step = 1; step < 10000; ++step) {
+      last = call_creating_a_node(ranges, 100 + step);
+      ranges.on_step();
+    }
+    THEN("the first step's call is forgotten long before the bound of kMaxCalls, the last one known") {
+      CHECK(ranges.module_of(thread, first) == 0);
+      CHECK(ranges.module_of(thread, last) == 100 + 9999);
+    }
+  }
+}
+
+SCENARIO("a module call still open at a step's end is kept, with the calls inside it", "[torch][sites]") {
+  const std::uint64_t thread = at::RecordFunction::currentThreadId();
+  GIVEN("module 9's call spanning three steps, with a call of module 4 inside it in each") {
+    ModuleRanges ranges;
+    ranges.enter(9);
+    const std::uint64_t outer = at::sequence_number::get_and_increment();
+    const std::uint64_t inner0 = call_creating_a_node(ranges, 4);
+    ranges.on_step();
+    call_creating_a_node(ranges, 4);
+    ranges.on_step();
+    const std::uint64_t inner2 = call_creating_a_node(ranges, 4);
+    ranges.on_step();
+    THEN("all of them still name their modules") {
+      CHECK(ranges.module_of(thread, outer) == 9);
+      CHECK(ranges.module_of(thread, inner0) == 4);
+      CHECK(ranges.module_of(thread, inner2) == 4);
+    }
+    WHEN("the call ends and two steps pass") {
+      ranges.exit();
+      ranges.on_step();
+      ranges.on_step();
+      THEN("they are forgotten") {
+        CHECK(ranges.module_of(thread, outer) == 0);
+        CHECK(ranges.module_of(thread, inner0) == 0);
+        CHECK(ranges.module_of(thread, inner2) == 0);
+      }
+    }
+    ranges.exit();  // no-op when already closed; leaves no call open on this thread
+  }
+}
