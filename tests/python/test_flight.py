@@ -164,3 +164,28 @@ def test_the_json_report_keeps_each_steps_row_on_one_line(full_and_bounded) -> N
     assert len(rows) >= STEPS
     assert all(json.dumps(r, separators=(",", ":")) in lines for r in rows)
     assert '  "at_a_glance": {' in text.splitlines()
+
+
+def test_ridgescope_compact_makes_a_full_trace_bounded_and_refuses_bad_input(full_and_bounded, tmp_path: Path) -> None:
+    """Given the full trace, when `ridgescope compact -o OUT --keep-steps 10` re-records it, then
+    OUT keeps the same windows and per-step rows as the bounded trace; a bad count, a missing
+    trace or OUT the input itself fail with one line naming the problem."""
+    full, bounded, full_path, _ = full_and_bounded
+    out = tmp_path / "compacted.rstrace"
+
+    def compact(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ridgescope", "compact", *args], capture_output=True,
+                              text=True, timeout=120)
+
+    done = compact(str(full_path), "-o", str(out), "--keep-steps", "10")
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {out}: " in done.stderr and " steps summarised, " in done.stderr
+    r = rs.load(out).to_dict()
+    assert glance_rows(r) == glance_rows(full)
+    assert r["at_a_glance"]["windows"] == bounded["at_a_glance"]["windows"]
+    for args, message in (((str(full_path), "-o", str(out), "--keep-steps", "ten"), "--keep-steps"),
+                          ((str(tmp_path / "none.rstrace"), "-o", str(out)), "no such trace"),
+                          ((str(full_path), "-o", str(full_path)), "another file than the full one")):
+        bad = compact(*args)
+        assert bad.returncode == 1 and bad.stderr.startswith("ridgescope compact: error:") and message in bad.stderr, \
+            bad.stderr
