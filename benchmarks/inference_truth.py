@@ -164,13 +164,20 @@ def torch_frames(frames: list[dict], form: str) -> tuple[list[dict], bool]:
 
 # ------------------------------------------------------------------------------ strip
 class Block:
-    __slots__ = ("key", "requested", "bytes", "category", "adopted", "frames", "addr", "alloc_index")
+    __slots__ = ("key", "requested", "bytes", "category", "adopted", "frames", "addr", "alloc_index", "label",
+                 "live_label")
 
     def __init__(self, key: int, requested: int, nbytes: int, category: str, adopted: bool, frames: list) -> None:
         self.key, self.requested, self.bytes, self.category = key, requested, nbytes, category
         self.adopted, self.frames = adopted, frames
         self.addr = 0
         self.alloc_index = -1
+        self.label = self.live_label = ""  # the inference's label (with its rule); the live one
+
+
+def live_label(e: dict) -> str:
+    md = e.get("user_metadata", {})
+    return f"{md.get('phase')} step {md.get('step')}: {md.get('label')} @ {md.get('site', '')}"
 
 
 def is_adopted(e: dict) -> bool:
@@ -191,6 +198,7 @@ def strip(export: dict, form: str, optimizer_class: str | None) -> tuple[dict, l
             b = Block(len(blocks), e["size"], e["block_size"], e["category"], True, [])
             blocks.append(b)
             b.addr = model.malloc(b.key, b.requested)["address"]
+            b.live_label = live_label(e)
     adopted = iter(b for b in blocks)
     model.record_segment_events(True)
     entries: list[dict] = []
@@ -212,6 +220,7 @@ def strip(export: dict, form: str, optimizer_class: str | None) -> tuple[dict, l
                 b = Block(len(blocks), e["size"], e["block_size"], e["category"], False, frames)
                 blocks.append(b)
                 b.addr = model.malloc(b.key, b.requested)["address"]
+                b.live_label = live_label(e)
                 events = model.segment_events()
                 for s in events[seen_events:]:
                     emit(s["action"], s["address"], s["bytes"], t, frames)
@@ -267,10 +276,13 @@ def inferred_categories(snapshot_path: Path, blocks: list[Block], tmp: Path) -> 
     again = tmp / (snapshot_path.stem + ".again.pickle")
     report.to_snapshot(again)
     seen: dict[int, int] = defaultdict(int)
+    labels: dict[tuple[int, int], str] = {}
     found: dict[tuple[int, int], str] = {}
     for e in read_pickle(again)["device_traces"][0]:
         if e["action"] == "alloc":
             found[(e["addr"], seen[e["addr"]])] = e["category"]
+            md = e.get("user_metadata", {})
+            labels[(e["addr"], seen[e["addr"]])] = f"{md.get('phase')} step {md.get('step')}: {md.get('label', '')}"
             seen[e["addr"]] += 1
     occurrence: dict[int, int] = defaultdict(int)
     out = {}
@@ -278,6 +290,7 @@ def inferred_categories(snapshot_path: Path, blocks: list[Block], tmp: Path) -> 
         key = (b.addr, occurrence[b.addr])
         occurrence[b.addr] += 1
         out[b.key] = found.get(key, "unknown")
+        b.label = labels.get(key, "")
     return out, report.to_dict()
 
 
@@ -298,9 +311,14 @@ def fractions(pairs: list[tuple[int, str, str]]) -> dict[str, float]:
 
 
 def compare(blocks: list[Block], inferred: dict[int, str], peak: dict) -> dict[str, Any]:
-    at_peak = [(b.bytes, b.category, inferred[b.key]) for b in blocks if b.key in peak["blocks"]]
-    allocated = [(b.bytes, b.category, inferred[b.key]) for b in blocks if not b.adopted]
-    every = [(b.bytes, b.category, inferred[b.key]) for b in blocks]
+    """The figures of one form. Blocks the live run itself left ``unknown`` have no truth to
+    score against: they are left out and their bytes reported as ``truth_unknown``."""
+    scored = [b for b in blocks if b.category != "unknown"]
+    at_peak = [(b.bytes, b.category, inferred[b.key]) for b in scored if b.key in peak["blocks"]]
+    allocated = [(b.bytes, b.category, inferred[b.key]) for b in scored if not b.adopted]
+    every = [(b.bytes, b.category, inferred[b.key]) for b in scored]
+    unknown = {"peak": sum(b.bytes for b in blocks if b.category == "unknown" and b.key in peak["blocks"]),
+               "allocated": sum(b.bytes for b in blocks if b.category == "unknown" and not b.adopted)}
     cats: dict[str, dict[str, float]] = {}
     names = sorted({a for _, a, _ in every} | {b for _, _, b in every})
     for c in names:
@@ -313,7 +331,8 @@ def compare(blocks: list[Block], inferred: dict[int, str], peak: dict) -> dict[s
     for n, a, b in at_peak:
         if a != b:
             confusion[f"{a} -> {b}"] += n
-    return {"peak": fractions(at_peak), "allocated": fractions(allocated), "categories": cats,
+    return {"peak": fractions(at_peak), "allocated": fractions(allocated), "truth_unknown": unknown,
+            "categories": cats,
             "peak_confusion": dict(sorted(confusion.items(), key=lambda kv: -kv[1]))}
 
 
@@ -324,7 +343,8 @@ def optimizer_class_of(export: dict) -> str | None:
     return opt.get("type")
 
 
-def measure(name: str, work: Path, steps: int, forms: tuple[str, ...] = FORMS) -> dict[str, Any]:
+def measure(name: str, work: Path, steps: int, forms: tuple[str, ...] = FORMS,
+            debug: dict | None = None) -> dict[str, Any]:
     """One workload: run it live, strip its export in each form, read back and compare."""
     t0 = time.perf_counter()
     trace = WORKLOADS[name](work, steps)
@@ -354,6 +374,8 @@ def measure(name: str, work: Path, steps: int, forms: tuple[str, ...] = FORMS) -
         if conf is not None:
             m["weak_share"] = conf.get("weak_share_of_peak")
         result["forms"][form] = m
+        if debug:
+            debug[form] = (blocks, inferred, peak)
     result["seconds"] = round(time.perf_counter() - t0, 2)
     return result
 

@@ -124,7 +124,10 @@ void LifetimePass::resolve(const Pending& p, bool freed) {
   if (freed) {
     const bool same_idle = p.instance < 0 && stack_.empty() && p.idle_epoch == idle_epoch_;
     const bool same_phase = p.instance >= 0 && instances_[p.instance].open;
-    if (same_idle || same_phase) {
+    // Made in a backward and freed while a backward still runs (made in a nested one, as a
+    // reentrant checkpoint's recomputation runs): a temporary of the backward, not a gradient.
+    const bool inside_backward = p.in_backward && !p.forwardish && stack_has(PhaseKind::Backward);
+    if (same_idle || same_phase || inside_backward) {
       r.category = Category::Temporary;
       return;
     }

@@ -81,23 +81,51 @@ std::string python_frame_text(const SnapshotFrame& f) {
   return std::string(base_name(f.filename)) + ":" + std::to_string(f.line) + " " + std::string(f.name);
 }
 
+// A Python function's name is `name` (torch records the code object's name, "backward"; a
+// qualified name, "CheckpointFunction.backward", counts too).
+bool function_is(std::string_view function, std::string_view name) {
+  return function == name || (function.size() > name.size() && ends_with(function, name) &&
+                              function[function.size() - name.size() - 1] == '.');
+}
+
+// A frame of activation checkpointing that recomputes a forward during backward: the reentrant
+// CheckpointFunction.backward, the non-reentrant unpack hook and its recompute_fn.
+bool is_recompute_frame(const SnapshotFrame& f) {
+  return path_has(f.filename, "torch/utils/checkpoint.py") &&
+         (function_is(f.name, "backward") || function_is(f.name, "unpack_hook") || function_is(f.name, "recompute_fn"));
+}
+
 PhaseKind phase_from_frames(const SnapshotFrames& frames) {
-  bool zero_grad = false, optimizer = false, backward = false, forward = false;
+  bool zero_grad = false, optimizer = false, backward = false, forward = false, recompute = false;
   for (const SnapshotFrame& f : frames) {
     if (contains(f.name, "zero_grad")) zero_grad = true;
     if (path_has(f.filename, "torch/optim/")) optimizer = true;
-    if ((f.name == "backward" && (path_has(f.filename, "torch/_tensor.py") || path_has(f.filename, "torch/autograd/"))) ||
+    if ((function_is(f.name, "backward") && (path_has(f.filename, "torch/_tensor.py") || path_has(f.filename, "torch/autograd/"))) ||
         contains(f.name, "_engine_run_backward") || contains(f.name, "autograd::Engine") ||
         contains(f.name, "evaluate_function")) {
       backward = true;
     }
-    if (is_module_call(f) || f.name == "forward") forward = true;
+    if (is_recompute_frame(f)) recompute = true;
+    if (is_module_call(f) || function_is(f.name, "forward")) forward = true;
   }
   if (zero_grad) return PhaseKind::ZeroGrad;
   if (optimizer) return PhaseKind::OptimizerStep;
+  // A module's forward run while autograd evaluates the backward: a checkpoint's recomputation.
+  if (forward && (recompute || backward)) return PhaseKind::Recompute;
   if (backward) return PhaseKind::Backward;
+  if (recompute) return PhaseKind::Recompute;
   if (forward) return PhaseKind::Forward;
   return PhaseKind::Other;
+}
+
+bool from_main_thread(const SnapshotFrames& frames) {
+  for (std::size_t i = frames.size(); i-- > 0;) {
+    const SnapshotFrame& f = frames[i];
+    if (!is_python(f)) continue;
+    // The outermost Python frame: a script's top level, or runpy running a module (python -m).
+    return f.name == "<module>" || path_has(f.filename, "/runpy.py") || f.filename == "runpy.py";
+  }
+  return false;
 }
 
 std::string where_from_frames(const SnapshotFrames& frames) {

@@ -23,10 +23,17 @@ struct SnapshotFrame {
 };
 using SnapshotFrames = std::vector<SnapshotFrame>;
 
-// The phase a stack names, innermost decisive frame kinds in this order: zero_grad, the
-// optimizer (torch/optim/), backward (Tensor.backward, autograd's engine), forward (an
+// The phase a stack names, decisive frame kinds in this order: zero_grad, the optimizer
+// (torch/optim/), a recomputation (an nn.Module call under autograd's engine or a checkpoint's
+// recomputing frame: CheckpointFunction.backward, unpack_hook, recompute_fn of
+// torch/utils/checkpoint.py), backward (Tensor.backward, autograd's engine), forward (an
 // nn.Module call or a `forward`); PhaseKind::Other when no frame decides.
 PhaseKind phase_from_frames(const SnapshotFrames& frames);
+
+// The stack is a Python program's main thread: its outermost Python frame is a script's
+// `<module>` (or runpy's, for `python -m`). Python code that autograd's engine thread runs (a
+// hook, a recomputation) starts from the function the engine called instead.
+bool from_main_thread(const SnapshotFrames& frames);
 
 // Where a block was made, for labels: the user frame that called the outermost module, then
 // the module path, one `forward` frame per nn.Module call (`_call_impl` frames of

@@ -70,6 +70,7 @@ struct SnapshotInference::Impl {
     std::int32_t alloc_instance = -1;   // innermost open phase at alloc (-1: idle)
     std::int32_t backward_at_alloc = -1, optimizer_at_alloc = -1, optimizer_at_free = -1;
     std::uint32_t alloc_bits = 0, free_bits = 0;
+    std::uint32_t last_begun_bit = 0;   // the phase that began last before the alloc (0: none)
     std::uint64_t alloc_idle_epoch = 0;
     bool after_a_forward = false;       // a forward had begun before the alloc
     bool before_trace = false;
@@ -93,9 +94,11 @@ struct SnapshotInference::Impl {
   std::vector<Block> blocks;
   absl::flat_hash_map<std::uint64_t, std::uint32_t> live;  // addr -> block
   std::vector<std::uint64_t> forward_begins;                // ops, ascending
+  std::vector<std::uint64_t> backward_begins;               // ops, ascending
   std::uint64_t op = 0, idle_epoch = 0;
   std::uint64_t live_bytes = 0, peak = 0, peak_op = kNever;
   std::uint64_t first_backward_op = kNever;
+  std::size_t first_backward_instance = 0;
   // Per distinct frame (by its strings' addresses in the parsed pickle): which user rules match.
   absl::flat_hash_map<std::tuple<const char*, std::size_t, const char*, std::size_t>, std::uint64_t> rule_matches;
   std::vector<InferenceReason> reasons;
@@ -277,6 +280,7 @@ struct SnapshotInference::Impl {
   // backward made.
   void rule_parameter_matched_gradient() {
     if (first_backward_op == kNever) return;
+    const std::uint64_t first_backward_end = instances[first_backward_instance].end_op;
     absl::flat_hash_map<std::pair<std::int32_t, std::uint64_t>, std::uint64_t> per_backward;
     for (const Block& b : blocks) {
       if (!b.decided || b.category != Category::Gradient || b.backward_at_alloc < 0) continue;
@@ -289,7 +293,8 @@ struct SnapshotInference::Impl {
     std::vector<std::uint32_t> candidates;
     for (std::uint32_t i = 0; i < blocks.size(); ++i) {
       const Block& b = blocks[i];
-      if (!b.decided && before_first_forward(b) && b.lifetime_end() > first_backward_op) candidates.push_back(i);
+      // a parameter lives through the first backward (an input saved for it dies inside)
+      if (!b.decided && before_first_forward(b) && b.lifetime_end() > first_backward_end) candidates.push_back(i);
     }
     // Parameters are the oldest blocks and, updated in place, live to the end: those first (an
     // optimizer's old state, freed in the step, is then left to optimizer_state_replaced).
@@ -364,9 +369,16 @@ struct SnapshotInference::Impl {
   // activation: made in forward (or a recomputation), or between a forward and the backward
   // (the loss), and freed while backward runs: what autograd saved.
   bool rule_activation(Block& b) {
-    if (!b.freed_in_trace || (b.free_bits & kBackward) == 0) return false;
     const bool forwardish = (b.alloc_bits & (kForward | kRecompute)) != 0;
-    if (!forwardish && !(b.alloc_instance < 0 && b.after_a_forward)) return false;
+    if (forwardish) {
+      if (!b.freed_in_trace || (b.free_bits & kBackward) == 0) return false;
+    } else {
+      // Made between a forward and the backward (the loss and what it saves), and still live
+      // when that backward began.
+      if (b.alloc_instance >= 0 || (b.last_begun_bit & (kForward | kRecompute)) == 0) return false;
+      auto next = std::upper_bound(backward_begins.begin(), backward_begins.end(), b.alloc_op);
+      if (next == backward_begins.end() || b.lifetime_end() <= *next) return false;
+    }
     decide(b, Category::Activation, InferenceRule::Activation);
     return true;
   }
@@ -602,7 +614,11 @@ void SnapshotInference::phase_begin(std::string_view name) {
   in.name = std::string(name);
   in.begin_op = m.op;
   if (in.bit == kForward || in.bit == kRecompute) m.forward_begins.push_back(m.op);
-  if (in.bit == kBackward && m.first_backward_op == kNever) m.first_backward_op = m.op;
+  if (in.bit == kBackward) {
+    if (m.first_backward_op == kNever) m.first_backward_instance = m.instances.size();
+    if (m.first_backward_op == kNever) m.first_backward_op = m.op;
+    m.backward_begins.push_back(m.op);
+  }
   m.instances.push_back(std::move(in));
   m.stack.push_back(static_cast<std::uint32_t>(m.instances.size() - 1));
   ++m.op;
@@ -642,6 +658,7 @@ std::uint32_t SnapshotInference::alloc(std::uint64_t addr, std::uint64_t bytes, 
   b.backward_at_alloc = m.open_instance_with(kBackward);
   b.optimizer_at_alloc = m.open_instance_with(kOptimizer);
   b.after_a_forward = !m.forward_begins.empty();
+  b.last_begun_bit = m.instances.empty() ? 0 : m.instances.back().bit;
   const auto id = static_cast<std::uint32_t>(m.blocks.size());
   m.blocks.push_back(b);
   m.live[addr] = id;

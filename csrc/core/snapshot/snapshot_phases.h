@@ -45,17 +45,25 @@ class SnapshotPhases {
   // A phase of `kind` begins at t_ns: a forward after a backward or an optimizer step begins a
   // new step (the step is counted before the phase begins).
   void begin_step_phase(SnapshotEmitter& out, PhaseKind kind, std::uint64_t t_ns);
+  // Ends the phases inferred from frames (a recomputation inside a backward, then the backward).
+  void close_inferred(SnapshotEmitter& out, std::uint64_t t_ns);
+
+  struct FramesPhase {
+    PhaseKind kind = PhaseKind::Other;  // phase_from_frames
+    bool main_thread = false;           // from_main_thread
+  };
 
   const SnapshotDocument& doc_;
   std::size_t next_mark_ = 0;
   std::size_t next_torch_mark_ = 0;
   std::string current_phase_;    // inferred from frames
+  bool recompute_open_ = false;  // a recomputation inferred inside current_phase_ (a backward)
   std::string annotated_phase_;  // marked by torch's annotations
   std::uint64_t annotated_phases_ = 0;
   bool step_has_backward_or_optimizer_ = false;
   std::uint64_t inferred_step_ = 0;
   bool inferred_phases_ = false;
-  absl::flat_hash_map<const SnapshotFrames*, PhaseKind> phases_;  // phase_from_frames, per list
+  absl::flat_hash_map<const SnapshotFrames*, FramesPhase> phases_;  // per frames list
 };
 
 }  // namespace ridgescope::detail
