@@ -18,8 +18,10 @@ on a GPU, with everything ridgescope adds removed:
 * addresses, block sizes and segments are those of PyTorch's CUDA caching allocator for the same
   requests (ridgescope's model of it, python/ridgescope/_allocator_model.py): ``segment_alloc``
   entries, and ``segments`` with their active and inactive blocks at the end;
-* frees carry no frames (the live trace records no free stacks; torch's would have some, so the
-  inference here gets less evidence than from a real file, never more).
+* a free carries its block's allocation frames (the same list), as torch writes them under
+  ``_record_memory_history(context="alloc")``: the live trace records no stack of its own for a
+  free, which the default ``context="all"`` would add (so the inference here gets no more
+  evidence than from a real file).
 
 Two forms of the frames. On a GPU, autograd runs the backward on its own device thread, which has
 no Python stack (torch/csrc/profiler/python/combined_traceback.cpp gathers frames from
@@ -234,8 +236,8 @@ def strip(export: dict, form: str, optimizer_class: str | None) -> tuple[dict, l
                 peak, peak_blocks = live_bytes, set(current)
         elif e["action"] == "free_completed" and e["addr"] in live:
             b = live.pop(e["addr"])
-            emit("free_requested", b.addr, b.requested, t, [])
-            emit("free_completed", b.addr, b.requested, t, [])
+            emit("free_requested", b.addr, b.requested, t, b.frames)
+            emit("free_completed", b.addr, b.requested, t, b.frames)
             model.free(b.key)
             current.discard(b.key)
             live_bytes -= b.bytes

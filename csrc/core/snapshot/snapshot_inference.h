@@ -141,8 +141,10 @@ class SnapshotInference {
   std::uint64_t peak_bytes() const;
   std::uint64_t blocks() const;
 
- private:
+  // The state the rules share (opaque here; snapshot_inference_state.h, for the rules' files).
   struct Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 
