@@ -120,4 +120,22 @@ bool SnapshotInference::Impl::rule_data_loader(Block& b) {
   return false;
 }
 
+// comm_frames: DDP's reducer makes its gradient buckets when it is built and rebuilds them
+// before the second forward (torch/nn/parallel/distributed.py __init__/_ddp_init_helper/
+// _pre_forward calling into c10d::Reducer). What it keeps past the phase is a bucket; the
+// temporaries of its broadcasts there are not.
+bool SnapshotInference::Impl::rule_comm_frames(Block& b) {
+  if (!b.has_frames() || (b.freed_in_trace && b.freed_in_alloc_phase)) return false;
+  for (const SnapshotFrame& f : *b.frames) {
+    const bool ddp = path_has(f.filename, "torch/nn/parallel/distributed.py") &&
+                     (function_is(f.name, "_pre_forward") || function_is(f.name, "_ddp_init_helper") ||
+                      function_is(f.name, "__init__"));
+    if (ddp || contains(f.name, "c10d::Reducer::")) {
+      decide(b, Category::CommBuffer, InferenceRule::CommFrames, frame_text(f));
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace ridgescope::detail

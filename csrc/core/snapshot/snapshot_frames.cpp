@@ -81,8 +81,6 @@ std::string python_frame_text(const SnapshotFrame& f) {
   return std::string(base_name(f.filename)) + ":" + std::to_string(f.line) + " " + std::string(f.name);
 }
 
-// A Python function's name is `name` (torch records the code object's name, "backward"; a
-// qualified name, "CheckpointFunction.backward", counts too).
 bool function_is(std::string_view function, std::string_view name) {
   return function == name || (function.size() > name.size() && ends_with(function, name) &&
                               function[function.size() - name.size() - 1] == '.');
@@ -121,7 +119,7 @@ PhaseKind phase_from_frames(const SnapshotFrames& frames) {
 bool from_main_thread(const SnapshotFrames& frames) {
   for (std::size_t i = frames.size(); i-- > 0;) {
     const SnapshotFrame& f = frames[i];
-    if (!is_python(f)) continue;
+    if (!is_python(f) && f.name != "<module>") continue;  // `python -c` runs "<string>"
     // The outermost Python frame: a script's top level, or runpy running a module (python -m).
     return f.name == "<module>" || path_has(f.filename, "/runpy.py") || f.filename == "runpy.py";
   }

@@ -58,6 +58,10 @@ std::string cpp_function_name(std::string_view name);
 // `needle` (written with '/') occurs in `path`, where '\\' counts as '/' (Windows paths).
 bool path_has(std::string_view path, std::string_view needle);
 
+// A Python function's name is `name`: torch records the code object's name ("backward"); a
+// qualified name ("CheckpointFunction.backward") counts too.
+bool function_is(std::string_view function, std::string_view name);
+
 // A Python frame (a .py file).
 bool is_python(const SnapshotFrame& frame);
 

@@ -62,7 +62,7 @@ void SnapshotInference::Impl::run() {
     saw_forward = b.has_frames() && phase_from_frames(*b.frames) == PhaseKind::Forward;
   }
   for (Block& b : blocks) {
-    if (rule_recorded(b) || !b.has_frames()) continue;
+    if (rule_recorded(b) || !b.has_frames() || rule_comm_frames(b)) continue;
     // The frame rules depend on the stack only: decided once per frames list (torch shares
     // one list among an allocation's entries and its block).
     auto [it, inserted] = frame_verdicts.try_emplace(b.frames);
@@ -84,6 +84,7 @@ void SnapshotInference::Impl::run() {
   }
   rule_parameter_matched_gradient();
   rule_optimizer_state_replaced();
+  rule_comm_buffer_replaced();
   rule_gradient_zero_grad();
   for (Block& b : blocks) {
     if (!b.decided) {
@@ -216,6 +217,7 @@ void SnapshotInference::free(std::uint64_t addr, const SnapshotFrames* frames, b
   b.freed_in_trace = !after_trace;
   b.free_bits = m.open_bits();
   b.optimizer_at_free = m.open_instance_with(Impl::kOptimizer);
+  b.free_instance = m.stack.empty() ? -1 : static_cast<std::int32_t>(m.stack.back());
   b.freed_in_alloc_phase = b.alloc_instance >= 0
                                ? m.instances[static_cast<std::size_t>(b.alloc_instance)].open
                                : m.stack.empty() && m.idle_epoch == b.alloc_idle_epoch;

@@ -16,12 +16,16 @@
 //   parameter_frames             Module._apply (.to/.cuda), reset_parameters, load_state_dict,
 //                                from_pretrained, torch/nn/parameter.py, an nn.Module __init__
 //   data_loader                  torch/utils/data                     -> input
+//   comm_frames                  DDP's reducer making its buckets (torch/nn/parallel/distributed.py,
+//                                c10d::Reducer), kept past its phase  -> comm_buffer
 //   gradient_kept                made in backward, still live when it ends
 //   optimizer_state_kept         made in the optimizer step, still live when it ends
 //   parameter_matched_gradient   live before the first forward, matched by a gradient of the
 //                                same size made in backward
 //   optimizer_state_replaced     live before the first forward, freed in an optimizer step that
 //                                made (and kept) a block of the same size
+//   comm_buffer_replaced         live before the first forward, freed where DDP's reducer made
+//                                buckets of the same total size (its buckets rebuilt)
 //   gradient_zero_grad           live before the first forward, freed by zero_grad
 //   workspace_size               exactly cuBLAS's default workspace (8,519,680 B), no C++ frames
 //   temporary                    made and freed inside one phase (or one idle stretch)
@@ -69,10 +73,12 @@ enum class InferenceRule : std::uint8_t {
   AccumulateGrad,
   ParameterFrames,
   DataLoader,
+  CommFrames,
   GradientKept,
   OptimizerStateKept,
   ParameterMatchedGradient,
   OptimizerStateReplaced,
+  CommBufferReplaced,
   GradientZeroGrad,
   WorkspaceSize,
   Temporary,

@@ -54,6 +54,7 @@ struct SnapshotInference::Impl {
     std::uint64_t alloc_op = 0, free_op = kNever;
     std::int32_t alloc_instance = -1;   // innermost open phase at alloc (-1: idle)
     std::int32_t backward_at_alloc = -1, optimizer_at_alloc = -1, optimizer_at_free = -1;
+    std::int32_t free_instance = -1;    // innermost open phase at the free (-1: idle)
     std::uint32_t alloc_bits = 0, free_bits = 0;
     std::uint32_t last_begun_bit = 0;   // the phase that began last before the alloc (0: none)
     std::uint64_t alloc_idle_epoch = 0;
@@ -111,7 +112,7 @@ struct SnapshotInference::Impl {
   // The block's category, rule and reason (the rule's text with `detail`).
   void decide(Block& b, Category category, InferenceRule rule, std::string_view detail = {});
 
-  // snapshot_frame_rules.cpp
+  // snapshot_frame_rules.cpp (function_is: snapshot_frames.h)
   bool rule_recorded(Block& b);
   std::uint64_t user_matches(const SnapshotFrame& f);
   bool rule_user(Block& b);
@@ -120,6 +121,7 @@ struct SnapshotInference::Impl {
   bool rule_accumulate_grad(Block& b);
   bool rule_parameter_frames(Block& b);
   bool rule_data_loader(Block& b);
+  bool rule_comm_frames(Block& b);
 
   // snapshot_lifetime_rules.cpp
   bool rule_gradient_kept(Block& b);
@@ -135,6 +137,7 @@ struct SnapshotInference::Impl {
   // snapshot_matching_rules.cpp
   void rule_parameter_matched_gradient();
   void rule_optimizer_state_replaced();
+  void rule_comm_buffer_replaced();
   void rule_gradient_zero_grad();
   void rule_parameter_shaped_state();
   void rule_repeated_step();

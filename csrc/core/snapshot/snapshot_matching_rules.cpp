@@ -184,4 +184,30 @@ std::uint64_t SnapshotInference::Impl::site_hash(const SnapshotFrames& frames) {
   return h == 0 ? 1 : h;
 }
 
+// comm_buffer_replaced: when DDP rebuilds its buckets (before the second forward) it frees
+// the ones it made when it was built, which hold the same gradients: a block older than the
+// first forward, freed in a phase where comm_frames buckets were made, whose size is the total of
+// those buckets (one bucket of everything) or one of theirs.
+void SnapshotInference::Impl::rule_comm_buffer_replaced() {
+  absl::flat_hash_map<std::int32_t, std::vector<std::uint64_t>> made;  // phase instance -> bucket sizes
+  for (const Block& b : blocks) {
+    if (b.decided && b.rule == InferenceRule::CommFrames && b.alloc_instance >= 0) {
+      made[b.alloc_instance].push_back(b.size_key());
+    }
+  }
+  if (made.empty()) return;
+  for (Block& b : blocks) {
+    if (b.decided || !before_first_forward(b) || !b.freed_in_trace || b.free_instance < 0) continue;
+    auto it = made.find(b.free_instance);
+    if (it == made.end()) continue;
+    std::uint64_t total = 0;
+    bool one = false;
+    for (std::uint64_t n : it->second) {
+      total += n;
+      one = one || n == b.size_key();
+    }
+    if (one || total == b.size_key()) decide(b, Category::CommBuffer, InferenceRule::CommBufferReplaced);
+  }
+}
+
 }  // namespace ridgescope::detail
