@@ -18,10 +18,12 @@ on a GPU, with everything ridgescope adds removed:
 * addresses, block sizes and segments are those of PyTorch's CUDA caching allocator for the same
   requests (ridgescope's model of it, python/ridgescope/_allocator_model.py): ``segment_alloc``
   entries, and ``segments`` with their active and inactive blocks at the end;
-* a free carries its block's allocation frames (the same list), as torch writes them under
-  ``_record_memory_history(context="alloc")``: the live trace records no stack of its own for a
-  free, which the default ``context="all"`` would add (so the inference here gets no more
-  evidence than from a real file).
+* a free carries the stack torch records for it under the default
+  ``_record_memory_history(context="all")``: the Python calls (and in backward the autograd
+  node) torch.profiler saw around that free in the same run (benchmarks/truth_workloads.py; a
+  Python frame's line there is its function's first line); where the profiler's frees cannot be
+  matched to the trace's, the allocation's frames (torch's ``context="alloc"``). The share of
+  frees with their own stack is reported (``free_stacks``).
 
 Two forms of the frames. On a GPU, autograd runs the backward on its own device thread, which has
 no Python stack (torch/csrc/profiler/python/combined_traceback.cpp gathers frames from
@@ -63,7 +65,7 @@ import platform
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,16 @@ ALLOCATOR_FRAMES = [
      "CUstream_st*)", ""),
     ("at::detail::empty_generic(c10::ArrayRef<long>, c10::Allocator*, c10::DispatchKeySet, c10::ScalarType, "
      "std::optional<c10::MemoryFormat>)", "??"),
+]
+# The frames torch's C++ unwinder records above every free (stacks="all").
+FREE_FRAMES = [
+    ("torch::unwind::unwind()", "??"),
+    ("torch::CapturedTraceback::gather(bool, bool, bool)", "??"),
+    ("torch::cuda::(anonymous namespace)::gather_with_cpp()", "memory_snapshot.cpp"),
+    ("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::free(c10::cuda::CUDACachingAllocator::Native::"
+     "(anonymous namespace)::Block*)", "CUDACachingAllocator.cpp"),
+    ("c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::free(void*)", ""),
+    ("c10::StorageImpl::~StorageImpl()", "??"),
 ]
 # The engine's frames below a node on autograd's device thread (stacks="all").
 ENGINE_FRAMES = [
@@ -139,9 +151,11 @@ def is_engine_entry(f: dict) -> bool:
     return f["name"].endswith("_engine_run_backward") and f["filename"].endswith(os.path.join("autograd", "graph.py"))
 
 
-def torch_frames(frames: list[dict], form: str) -> tuple[list[dict], bool]:
-    """The frames torch records for an allocation the live trace recorded with ``frames``
-    (innermost first), in ``form``; and whether it was made on autograd's device thread."""
+def torch_frames(frames: list[dict], form: str, prefix: list[tuple[str, str]] = ALLOCATOR_FRAMES
+                 ) -> tuple[list[dict], bool]:
+    """The frames torch records for an allocation (or, with the ``FREE_FRAMES`` prefix, a
+    free) the live run recorded with ``frames`` (innermost first), in ``form``; and whether it
+    happened on autograd's device thread."""
     engine = max((i for i, f in enumerate(frames) if is_engine_entry(f)), default=None)
     on_engine_thread = engine is not None
     kept = frames[:engine] if on_engine_thread else frames
@@ -158,7 +172,7 @@ def torch_frames(frames: list[dict], form: str) -> tuple[list[dict], bool]:
                             f["filename"], f["line"]))
     if form == "python":
         return python, on_engine_thread
-    out = [frame(n, fn) for n, fn in ALLOCATOR_FRAMES] + python
+    out = [frame(n, fn) for n, fn in prefix] + python
     if on_engine_thread:
         out += [node_frame(n) for n in nodes[:1]] + [frame(n, fn) for n, fn in ENGINE_FRAMES]
     return out, on_engine_thread
@@ -186,11 +200,17 @@ def is_adopted(e: dict) -> bool:
     return any(f["filename"] == "<ridgescope>" and "before tracking" in f["name"] for f in e["frames"])
 
 
-def strip(export: dict, form: str, optimizer_class: str | None) -> tuple[dict, list[Block], dict]:
+def strip(export: dict, form: str, optimizer_class: str | None, frees: list | None = None
+          ) -> tuple[dict, list[Block], dict]:
     """The snapshot torch would have written for the run of ``export`` (a ridgescope export of a
     CPU run), in ``form``; every block with its exact category; and the truth at the peak
-    (``blocks``: the keys live there, ``bytes``)."""
+    (``blocks``: the keys live there, ``bytes``; ``free_stacks``: the share of frees that got
+    their own stack from ``frees``, the profiler's ``[ptr, bytes, frames]``)."""
     trace = export["device_traces"][0]
+    free_queue: dict[int, deque] = defaultdict(deque)
+    for ptr, nbytes, frames in frees or []:
+        free_queue[ptr].append((nbytes, frames))
+    own_stacks = freed = 0
     model = AllocatorModel()
     blocks: list[Block] = []
     live: dict[int, Block] = {}  # export address -> block
@@ -236,8 +256,16 @@ def strip(export: dict, form: str, optimizer_class: str | None) -> tuple[dict, l
                 peak, peak_blocks = live_bytes, set(current)
         elif e["action"] == "free_completed" and e["addr"] in live:
             b = live.pop(e["addr"])
-            emit("free_requested", b.addr, b.requested, t, b.frames)
-            emit("free_completed", b.addr, b.requested, t, b.frames)
+            frames = b.frames  # the allocation's context, unless the free's own stack is known
+            q = free_queue[e["addr"]]
+            while q and q[0][0] != b.bytes:
+                q.popleft()  # a free the live trace did not see (ridgescope's own, outside tracking)
+            if q:
+                frames = torch_frames(q.popleft()[1], form, FREE_FRAMES)[0]
+                own_stacks += 1
+            freed += 1
+            emit("free_requested", b.addr, b.requested, t, frames)
+            emit("free_completed", b.addr, b.requested, t, frames)
             model.free(b.key)
             current.discard(b.key)
             live_bytes -= b.bytes
@@ -268,7 +296,8 @@ def strip(export: dict, form: str, optimizer_class: str | None) -> tuple[dict, l
                                    "garbage_collection_threshold": 0.0, "expandable_segments": False,
                                    "roundup_power2_divisions": {str(1 << i): 0 for i in range(16)}},
             "external_annotations": annotations}
-    return snap, blocks, {"blocks": peak_blocks, "bytes": peak}
+    return snap, blocks, {"blocks": peak_blocks, "bytes": peak,
+                          "free_stacks": round(own_stacks / freed, 4) if freed else None}
 
 
 # ------------------------------------------------------------------------------ compare
@@ -357,8 +386,10 @@ def measure(name: str, work: Path, steps: int, forms: tuple[str, ...] = FORMS,
     opt_class = optimizer_class_of(export)
     result: dict[str, Any] = {"workload": name, "steps": steps, "optimizer": opt_class, "forms": {}}
     live_peak = live.to_dict()["peak"]
+    frees_path = Path(f"{trace}.frees.json")
+    frees = json.loads(frees_path.read_text()) if frees_path.exists() else None
     for form in forms:
-        snap, blocks, peak = strip(export, form, opt_class)
+        snap, blocks, peak = strip(export, form, opt_class, frees)
         exact = defaultdict(int)
         for b in blocks:
             if b.key in peak["blocks"]:
@@ -372,6 +403,7 @@ def measure(name: str, work: Path, steps: int, forms: tuple[str, ...] = FORMS,
             pickle.dump(snap, f, protocol=4)
         inferred, report = inferred_categories(path, blocks, work)
         m = compare(blocks, inferred, peak)
+        m["free_stacks"] = peak["free_stacks"]
         conf = report.get("snapshot", {}).get("confidence")
         if conf is not None:
             m["weak_share"] = conf.get("weak_share_of_peak")

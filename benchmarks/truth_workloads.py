@@ -4,11 +4,18 @@ of a different shape, tracked live by ridgescope, where every category is exact:
 optimizer are built before tracking starts (as in a torch snapshot recorded after the model was
 built), then 2 to 4 steps run under ``rs.track(..., stacks="python")``.
 
+The stack of every free, which torch records by default (``_record_memory_history(context=
+"all")``) and ridgescope's live trace does not, comes from torch.profiler running around the
+same run (``profile_memory=True, with_stack=True``): each free's Python calls and, in backward,
+the autograd node being evaluated, written next to the trace as ``<trace>.frees.json``.
+
 ``WORKLOADS`` maps a name to a function ``(out_dir, steps) -> trace path`` that runs it and
 returns the ridgescope trace it wrote (DDP: rank 0's)."""
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
 import os
 import socket
 from pathlib import Path
@@ -29,11 +36,57 @@ def workload(fn: Run) -> Run:
     return fn
 
 
+NODE_PREFIX = "autograd::engine::evaluate_function: "
+
+
+@contextlib.contextmanager
+def free_stacks(path: Path):
+    """Records the stack of every free of c10's CPU allocator while the block runs, with
+    torch.profiler, into ``path`` (JSON: ``[ptr, bytes, frames]`` in time order, frames
+    innermost first as ``{filename, line, name}``, an autograd node as ``<autograd>``; a Python
+    frame's line is its function's first line, which is what the profiler keeps)."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True) as prof:
+        yield
+    frees, calls = [], []
+    todo = list(prof.profiler.kineto_results.experimental_event_tree())
+    events = []
+    while todo:
+        e = todo.pop()
+        todo.extend(e.children)
+        events.append(e)
+        if e.tag == _EventType.PyCall:
+            calls.append(e)
+    calls.sort(key=lambda c: c.start_time_ns)
+    for e in events:
+        if e.tag != _EventType.Allocation or e.typed[1].alloc_size >= 0:
+            continue
+        frames = []
+        q = e.parent
+        if q is None:  # made outside any op (inside a C++ call such as DDP's reducer's): the
+            # innermost Python call around it on its thread
+            around = [c for c in calls if c.start_time_ns <= e.start_time_ns <= c.end_time_ns
+                      and c.start_tid == e.start_tid]
+            q = max(around, key=lambda c: c.start_time_ns) if around else None
+        while q is not None:
+            if q.tag == _EventType.PyCall:
+                cs = q.typed[1].callsite
+                frames.append({"filename": cs.file_name, "line": cs.line_number, "name": cs.function_name})
+            elif q.tag == _EventType.TorchOp and q.name.startswith(NODE_PREFIX):
+                frames.append({"filename": "<autograd>", "line": 0, "name": q.name[len(NODE_PREFIX):]})
+            q = q.parent
+        frees.append((e.start_time_ns, e.typed[1].ptr, -e.typed[1].alloc_size, frames))
+    frees.sort(key=lambda f: f[0])
+    path.write_text(json.dumps([f[1:] for f in frees]))
+
+
 def tracked(out: Path, name: str, model: nn.Module, opt: torch.optim.Optimizer | None,
             loop: Callable[[], None]) -> Path:
     path = out / f"{name}.rstrace"
-    with rs.track(model=model, optimizer=opt, out=path, stacks="python") as session:
-        loop()
+    with free_stacks(Path(f"{path}.frees.json")):
+        with rs.track(model=model, optimizer=opt, out=path, stacks="python") as session:
+            loop()
     if session.error:
         raise RuntimeError(f"{name}: tracking failed: {session.error}")
     return Path(session.path)
@@ -379,8 +432,9 @@ def _ddp_rank(rank: int, world: int, port: int, out: str, steps: int) -> None:
             x, y = batch(100 * rank + i)
             return F.cross_entropy(net(x), y)
         path = Path(out) / f"ddp_gloo.rank{rank}.rstrace"
-        with rs.track(model=net, optimizer=opt, out=path, stacks="python") as session:
-            train_steps(net, opt, steps, loss)()
+        with free_stacks(Path(f"{path}.frees.json")):
+            with rs.track(model=net, optimizer=opt, out=path, stacks="python") as session:
+                train_steps(net, opt, steps, loss)()
         if session.error:
             raise RuntimeError(session.error)
         dist.barrier()

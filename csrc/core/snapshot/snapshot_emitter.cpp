@@ -42,6 +42,7 @@ void SnapshotEmitter::run() {
     }
     if (!doc_.ours) phases_.emit_torch_marks_before(*this, e.time_us);
     const std::uint64_t t = time_ns(e.time_us);
+    if (!doc_.ours) note_frames(e, t);
     if (modelled_ && e.action != EntryAction::Annotate) {
       if (e.action == EntryAction::Alloc) phases_.infer_phase(*this, e, t);
       translate(e, i, t);
@@ -52,6 +53,19 @@ void SnapshotEmitter::run() {
   phases_.finish(*this, last_ns_);
   if (!doc_.ours && doc_.has_segments) end_state();
   sink_.flush();
+}
+
+void SnapshotEmitter::note_frames(const SnapshotEntry& e, std::uint64_t t_ns) {
+  if (e.action == EntryAction::Alloc) {
+    alloc_frames_[e.addr] = e.frames;
+    return;
+  }
+  const bool free_request = e.action == EntryAction::FreeRequested || (e.action == EntryAction::FreeCompleted && e.legacy_free);
+  if (free_request) {
+    auto it = alloc_frames_.find(e.addr);
+    phases_.infer_phase_at_free(*this, e, it != alloc_frames_.end() ? it->second : nullptr, t_ns);
+  }
+  if (e.action == EntryAction::FreeCompleted) alloc_frames_.erase(e.addr);
 }
 
 std::uint64_t SnapshotEmitter::time_ns(std::uint64_t time_us) {

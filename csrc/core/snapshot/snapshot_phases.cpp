@@ -79,6 +79,14 @@ void SnapshotPhases::infer_phase(SnapshotEmitter& out, const SnapshotEntry& e, s
   inferred_phases_ = true;
 }
 
+void SnapshotPhases::infer_phase_at_free(SnapshotEmitter& out, const SnapshotEntry& e,
+                                         const SnapshotFrames* alloc_frames, std::uint64_t t_ns) {
+  if (!annotated_phase_.empty() || current_phase_.empty() || e.frames->empty() || e.frames == alloc_frames) return;
+  auto [cached, inserted] = phases_.try_emplace(e.frames);
+  if (inserted) cached->second = FramesPhase{phase_from_frames(*e.frames), from_main_thread(*e.frames)};
+  if (cached->second.kind == PhaseKind::Other && cached->second.main_thread) close_inferred(out, t_ns);
+}
+
 void SnapshotPhases::begin_step_phase(SnapshotEmitter& out, PhaseKind kind, std::uint64_t t_ns) {
   if (kind == PhaseKind::Forward && step_has_backward_or_optimizer_) {
     out.step(inferred_step_++, t_ns);

@@ -35,6 +35,12 @@ class SnapshotPhases {
   // PyTorch's snapshots: the phase the allocation `e` (at t_ns) shows by its frames, unless an
   // annotation marks the phase exactly.
   void infer_phase(SnapshotEmitter& out, const SnapshotEntry& e, std::uint64_t t_ns);
+  // PyTorch's snapshots: a free `e` (at t_ns) of a block allocated with `alloc_frames`. When torch
+  // recorded the free's own stack (context="all": other frames than the allocation's) and it is
+  // the user's main-thread code outside any phase (a `del`, the next line of the loop), the phase
+  // inferred from frames has ended before the free.
+  void infer_phase_at_free(SnapshotEmitter& out, const SnapshotEntry& e, const SnapshotFrames* alloc_frames,
+                           std::uint64_t t_ns);
   // After the last entry: the marks left, and the phases still open closed at t_ns.
   void finish(SnapshotEmitter& out, std::uint64_t t_ns);
 
