@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -272,6 +273,14 @@ struct RecorderSummary {
   std::uint64_t bytes_written = 0, buffer_bytes_peak = 0;
 };
 
+// How strong the evidence behind a snapshot's inferred category is, strongest first
+// (SnapshotReason::evidence; docs/snapshot.md, "How sure the categories are"): the snapshot names
+// the category, a frame of the block's stack does, the step's structure does (lifetimes across
+// the phases, sizes matched within the step, the step repeated), size or lifetime alone does, or
+// nothing does (unknown).
+inline constexpr std::array<std::string_view, 5> kSnapshotEvidence = {"recorded", "frames", "structure", "weak",
+                                                                      "none"};
+
 // Why the blocks of a snapshot PyTorch wrote have their categories: one inference rule and what
 // decided it (docs/snapshot.md lists the rules), with the bytes it holds.
 struct SnapshotReason {
@@ -279,6 +288,8 @@ struct SnapshotReason {
   Category category = Category::Unknown;
   std::string reason;    // plain language with the deciding frame, e.g. "allocated under
                          // torch/optim/adamw.py _init_group"
+  std::string evidence;  // how strong: "recorded", "frames", "structure", "weak" (size or lifetime
+                         // alone) or "none" (unknown); docs/snapshot.md
   std::uint64_t allocations = 0;  // blocks decided so
   std::uint64_t peak_bytes = 0;   // of them, bytes live at the peak (all reasons sum to peak.bytes)
   std::uint64_t peak_blocks = 0;

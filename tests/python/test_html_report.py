@@ -263,5 +263,16 @@ def test_a_report_read_from_a_pytorch_snapshot_says_what_was_inferred(browser, t
         assert "written by pytorch" in provenance
         assert "categories, phases, block sizes" in provenance
         assert page.count("#rs-warnings [data-kind='snapshot_note']") == len(report.to_dict()["snapshot"]["notes"])
+        # and next to the peak's composition, how its bytes were decided: the weaker rules' share,
+        # their bytes per category and the rules themselves, as the JSON says
+        d = report.to_dict()
+        conf = d["snapshot"]["confidence"]
+        assert float(page.attr("#rs-peak-confidence", "data-weak-share")) == pytest.approx(conf["weak_share_of_peak"])
+        for c, n in d["peak"]["by_category"].items():
+            if n:
+                cell = f"#rs-peak-composition tr[data-category='{c}'] td.rs-weak"
+                assert int(page.attr(cell, "data-weak-bytes")) == conf["peak_by_evidence"]["weak"][c]
+        shown = [r for r in d["snapshot"]["reasons"] if r["peak_bytes"] > 0][:12]
+        assert page.count("#rs-peak-reasons tr[data-rule]") == len(shown)
     finally:
         page.page.close()

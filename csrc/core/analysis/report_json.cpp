@@ -23,6 +23,37 @@ void write_categories(JsonWriter& w, std::string_view key, const CategoryBytes& 
   w.end_object();
 }
 
+// How the bytes of a snapshot's peak were decided: per evidence (kSnapshotEvidence), their bytes
+// and composition, from the reasons; and the share that size or lifetime alone decided.
+void write_snapshot_confidence(JsonWriter& w, const SnapshotImport& si) {
+  std::array<CategoryBytes, kSnapshotEvidence.size()> by{};
+  std::uint64_t total = 0;
+  for (const SnapshotReason& x : si.reasons) {
+    std::size_t e = kSnapshotEvidence.size() - 1;
+    for (std::size_t i = 0; i < kSnapshotEvidence.size(); ++i) {
+      if (kSnapshotEvidence[i] == x.evidence) e = i;
+    }
+    by[e][category_index(x.category)] += x.peak_bytes;
+    total += x.peak_bytes;
+  }
+  auto sum = [](const CategoryBytes& c) {
+    std::uint64_t s = 0;
+    for (std::uint64_t v : c) s += v;
+    return s;
+  };
+  w.key("confidence").begin_object();
+  w.key("peak_bytes_by_evidence").begin_object();
+  for (std::size_t i = 0; i < kSnapshotEvidence.size(); ++i) w.field(kSnapshotEvidence[i], sum(by[i]));
+  w.end_object();
+  w.key("peak_by_evidence").begin_object();
+  for (std::size_t i = 0; i < kSnapshotEvidence.size(); ++i) write_categories(w, kSnapshotEvidence[i], by[i]);
+  w.end_object();
+  const std::uint64_t weak = sum(by[3]);
+  w.field("weak_peak_bytes", weak);
+  w.field("weak_share_of_peak", total > 0 ? static_cast<double>(weak) / static_cast<double>(total) : 0.0);
+  w.end_object();
+}
+
 void write_free_space(JsonWriter& w, const FreeSpace& f) {
   w.key("free").begin_object();
   w.field("free_bytes", f.free_bytes).field("largest_free_block", f.largest_free_block);
@@ -456,10 +487,12 @@ std::string report_to_json(const Report& r) {
     w.key("reasons").begin_array();
     for (const SnapshotReason& x : si.reasons) {
       w.begin_object().field("rule", x.rule).field("category", category_name(x.category));
-      w.field("reason", x.reason).field("allocations", x.allocations).field("peak_bytes", x.peak_bytes);
-      w.field("peak_blocks", x.peak_blocks).field("end_bytes", x.end_bytes).end_object();
+      w.field("reason", x.reason).field("evidence", x.evidence).field("allocations", x.allocations);
+      w.field("peak_bytes", x.peak_bytes).field("peak_blocks", x.peak_blocks).field("end_bytes", x.end_bytes);
+      w.end_object();
     }
     w.end_array();
+    if (!si.reasons.empty()) write_snapshot_confidence(w, si);
     w.field("device_choice", si.device_choice);
     w.key("devices").begin_array();
     for (const SnapshotDevice& d : si.devices) {

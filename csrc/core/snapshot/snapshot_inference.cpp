@@ -100,6 +100,7 @@ void SnapshotInference::Impl::run() {
   for (Block& b : blocks) {
     if (!b.decided) decide(b, Category::Unknown, InferenceRule::Unknown);
   }
+  for (InferenceReason& r : reasons) r.evidence = inference_rule_evidence(r.rule, !instances.empty());
   for (const Block& b : blocks) {
     InferenceReason& r = reasons[b.reason];
     ++r.allocations;

@@ -101,12 +101,32 @@ std::string_view inference_rule_reason(InferenceRule rule) noexcept;
 // user rule's match, a place in the code), e.g. "allocated under torch/optim/adamw.py _init_group".
 std::string inference_reason_text(InferenceRule rule, Category category, std::string_view detail);
 
+// How strong the evidence behind a rule is (docs/snapshot.md, "How sure the categories are"):
+//   recorded    the snapshot names the category itself
+//   frames      a frame of the block's own stack names what made it
+//   structure   the step's structure: lifetimes across the phases (torch's annotations or the
+//               frames), a gradient matched to its parameter's size in the same step, state
+//               replaced in the optimizer step, the same place deciding in another step
+//   weak        size or lifetime alone: an exact size, or live from before the trace to the end,
+//               with no phase or frame to confirm it (also every lifetime rule in a replay that
+//               has no phases at all)
+//   none        unknown
+enum class InferenceEvidence : std::uint8_t { Recorded, Frames, Structure, Weak, None };
+
+// "recorded", "frames", "structure", "weak", "none" (ridgescope/report.h kSnapshotEvidence, in
+// this order).
+std::string_view inference_evidence_id(InferenceEvidence evidence) noexcept;
+// The evidence behind `rule`'s decisions; `phases`: the replay has phases (without any, the
+// lifetime rules rest on lifetimes alone).
+InferenceEvidence inference_rule_evidence(InferenceRule rule, bool phases) noexcept;
+
 // One reason and the bytes it decided: at the peak (the first instant live bytes reached their
 // maximum, the analysis's peak) and at the end.
 struct InferenceReason {
   InferenceRule rule = InferenceRule::Unknown;
   Category category = Category::Unknown;
   std::string text;             // the reason with its deciding frame
+  InferenceEvidence evidence = InferenceEvidence::None;
   std::uint64_t allocations = 0;
   std::uint64_t peak_bytes = 0, peak_blocks = 0, end_bytes = 0;
 };

@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "ridgescope/report.h"
 #include "snapshot_inference.h"
 
 namespace ridgescope::detail {
@@ -97,6 +98,42 @@ std::string inference_reason_text(InferenceRule rule, Category category, std::st
              (detail.empty() ? std::string() : ": " + std::string(detail));
     default: return std::string(rule_text(rule).reason);
   }
+}
+
+std::string_view inference_evidence_id(InferenceEvidence evidence) noexcept {
+  const auto i = static_cast<std::size_t>(evidence);
+  return i < kSnapshotEvidence.size() ? kSnapshotEvidence[i] : kSnapshotEvidence.back();
+}
+
+InferenceEvidence inference_rule_evidence(InferenceRule rule, bool phases) noexcept {
+  using R = InferenceRule;
+  switch (rule) {
+    case R::Recorded: return InferenceEvidence::Recorded;
+    case R::UserRule:
+    case R::WorkspaceFrames:
+    case R::OptimizerInitGroup:
+    case R::AccumulateGrad:
+    case R::ParameterFrames:
+    case R::DataLoader:
+    case R::CommFrames: return InferenceEvidence::Frames;
+    case R::ParameterMatchedGradient:
+    case R::OptimizerStateReplaced:
+    case R::CommBufferReplaced:
+    case R::GradientZeroGrad:
+    case R::RepeatedStep: return InferenceEvidence::Structure;
+    case R::GradientKept:
+    case R::OptimizerStateKept:
+    case R::Temporary:
+    case R::Activation:
+    case R::ForwardOutput:
+    case R::InputBeforeForward: return phases ? InferenceEvidence::Structure : InferenceEvidence::Weak;
+    case R::WorkspaceSize:
+    case R::WeightsByLifetime:
+    case R::ForwardFrames:
+    case R::ParameterShapedState: return InferenceEvidence::Weak;
+    case R::Unknown: break;
+  }
+  return InferenceEvidence::None;
 }
 
 std::string_view inference_rule_id(InferenceRule rule) noexcept { return rule_text(rule).id; }

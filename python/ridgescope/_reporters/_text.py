@@ -5,7 +5,7 @@ from typing import Any
 
 from .. import _C
 from .._format import format_bytes, format_count
-from ._snapshot_text import device_summary, reason_lines
+from ._snapshot_text import confidence_lines, device_summary, inferred_note, reason_lines
 from ._distributed_text import text_lines as distributed_text_lines
 
 _SHOWN_PHASES = ("forward", "backward", "optimizer_step", "zero_grad", "checkpoint", "eval",
@@ -206,12 +206,15 @@ def _header_and_peak_lines(d: dict[str, Any]) -> list[str]:
         if value == 0:
             continue
         inferred = p["inferred_by_category"].get(name, 0)
-        how = "inferred" if snap else "inferred from lifetimes"  # a snapshot's: by the rules below
-        note = f"  ({format_bytes(inferred)} {how})" if inferred else ""
+        if snap:  # a snapshot's: by the rules below, the weaker ones' share named
+            note = inferred_note(d, name, inferred)
+        else:
+            note = f"  ({format_bytes(inferred)} inferred from lifetimes)" if inferred else ""
         out.append(f"  {name:<16} {format_bytes(value):>10}  {100 * value / total:5.1f}%{note}")
     unknown = p["by_category"].get("unknown", 0)
     if total and unknown / total >= 0.01:
         out.append(f"  note: {100 * unknown / total:.1f}% of the peak is unattributed (unknown)")
+    out.extend(confidence_lines(d))
     out.extend([""] + reason_lines(d) if reason_lines(d) else [])
     out.append("")
     return out

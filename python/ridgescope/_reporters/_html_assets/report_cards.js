@@ -28,6 +28,7 @@
     kv(dl, 'reserved', fmtBytes(p.reserved_bytes));
     card.appendChild(dl);
     var t = el('table', { id: 'rs-peak-composition', 'class': 'rs-table' });
+    var conf = R.snapshot && R.snapshot.confidence;  // a snapshot's inference: how sure
     var any = false;
     CATS.forEach(function (c) {
       var b = p.by_category[c] || 0;
@@ -39,9 +40,16 @@
       tr.appendChild(td);
       tr.appendChild(el('td', { 'class': 'rs-num' }, fmtBytes(b)));
       tr.appendChild(el('td', { 'class': 'rs-num' }, p.bytes ? (100 * b / p.bytes).toFixed(1) + '%' : ''));
+      if (conf) {
+        var weak = conf.peak_by_evidence.weak[c] || 0;
+        tr.appendChild(el('td', { 'class': 'rs-num rs-weak', 'data-weak-bytes': String(weak),
+                                  title: 'decided by size or lifetime alone (the weaker rules)' },
+                          weak ? fmtBytes(weak) + ' weak' : ''));
+      }
       t.appendChild(tr);
     });
     if (any) card.appendChild(t);
+    if (conf) snapshotConfidence(card, conf, p.bytes);
 
     var m = R.model || {};
     var mc = document.getElementById('rs-model');
@@ -73,6 +81,36 @@
     var hk = Object.keys(hp).filter(function (k) { return typeof hp[k] !== 'boolean'; });
     if (hk.length) kv(dl, 'hyperparameters', hk.map(function (k) { return k + '=' + JSON.stringify(hp[k]); }).join(', '));
     oc.appendChild(dl);
+  }
+
+  // How a snapshot's peak was decided (snapshot.confidence, snapshot.reasons; docs/snapshot.md):
+  // the share per kind of evidence, then the rules, largest first.
+  var EVIDENCE_TEXT = { recorded: 'recorded in the snapshot', frames: 'by frames',
+                        structure: "by the step's structure", weak: 'by size or lifetime alone',
+                        none: 'by nothing (unknown)' };
+  function snapshotConfidence(card, conf, total) {
+    var parts = Object.keys(conf.peak_bytes_by_evidence).filter(function (k) { return conf.peak_bytes_by_evidence[k]; })
+      .map(function (k) { return (100 * conf.peak_bytes_by_evidence[k] / total).toFixed(1) + '% ' + EVIDENCE_TEXT[k]; });
+    card.appendChild(el('p', { 'class': 'rs-muted', id: 'rs-peak-confidence',
+                               'data-weak-share': String(conf.weak_share_of_peak) },
+                        'Decided: ' + parts.join(', ') + ' (size or lifetime alone are the weaker rules).'));
+    var rows = (R.snapshot.reasons || []).filter(function (r) { return r.peak_bytes > 0; }).slice(0, 12);
+    if (!rows.length) return;
+    var t = el('table', { id: 'rs-peak-reasons', 'class': 'rs-table' });
+    var head = el('tr');
+    ['category', 'bytes', 'evidence', 'why'].forEach(function (h) { head.appendChild(el('th', null, h)); });
+    t.appendChild(head);
+    rows.forEach(function (r) {
+      var tr = el('tr', { 'data-rule': r.rule, 'data-evidence': r.evidence, 'data-bytes': String(r.peak_bytes) });
+      var td = el('td');
+      swatched(td, colorOf(r.category), r.category);
+      tr.appendChild(td);
+      tr.appendChild(el('td', { 'class': 'rs-num' }, fmtBytes(r.peak_bytes)));
+      tr.appendChild(el('td', null, r.evidence));
+      tr.appendChild(el('td', null, r.reason + ' [' + r.rule + ']'));
+      t.appendChild(tr);
+    });
+    card.appendChild(t);
   }
 
   function ooms() {
