@@ -379,12 +379,21 @@ def measure(name: str, work: Path, steps: int, forms: tuple[str, ...] = FORMS,
     """One workload: run it live, strip its export in each form, read back and compare."""
     t0 = time.perf_counter()
     trace = WORKLOADS[name](work, steps)
+    result = measure_trace(name, trace, work, forms, debug)
+    result["steps"] = steps
+    result["seconds"] = round(time.perf_counter() - t0, 2)
+    return result
+
+
+def measure_trace(name: str, trace: Path, work: Path, forms: tuple[str, ...] = FORMS,
+                  debug: dict | None = None) -> dict[str, Any]:
+    """The comparison for a live trace a workload wrote (and its free stacks next to it)."""
     live = rs.load(trace)
     export_path = work / f"{name}.export.pickle"
     live.to_snapshot(export_path)
     export = read_pickle(export_path)
     opt_class = optimizer_class_of(export)
-    result: dict[str, Any] = {"workload": name, "steps": steps, "optimizer": opt_class, "forms": {}}
+    result: dict[str, Any] = {"workload": name, "optimizer": opt_class, "forms": {}}
     live_peak = live.to_dict()["peak"]
     frees_path = Path(f"{trace}.frees.json")
     frees = json.loads(frees_path.read_text()) if frees_path.exists() else None
@@ -410,7 +419,6 @@ def measure(name: str, work: Path, steps: int, forms: tuple[str, ...] = FORMS,
         result["forms"][form] = m
         if debug:
             debug[form] = (blocks, inferred, peak)
-    result["seconds"] = round(time.perf_counter() - t0, 2)
     return result
 
 

@@ -56,7 +56,7 @@ def free_stacks(path: Path):
         e = todo.pop()
         todo.extend(e.children)
         events.append(e)
-        if e.tag == _EventType.PyCall:
+        if e.tag in (_EventType.PyCall, _EventType.PyCCall):
             calls.append(e)
     calls.sort(key=lambda c: c.start_time_ns)
     for e in events:
@@ -64,8 +64,8 @@ def free_stacks(path: Path):
             continue
         frames = []
         q = e.parent
-        if q is None:  # made outside any op (inside a C++ call such as DDP's reducer's): the
-            # innermost Python call around it on its thread
+        if q is None:  # freed outside any op (inside a C++ call such as DDP's reducer's): the
+            # innermost Python call (or call of a C function from Python) around it on its thread
             around = [c for c in calls if c.start_time_ns <= e.start_time_ns <= c.end_time_ns
                       and c.start_tid == e.start_tid]
             q = max(around, key=lambda c: c.start_time_ns) if around else None

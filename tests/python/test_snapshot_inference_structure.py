@@ -196,15 +196,22 @@ DDP = chain((("torch/nn/parallel/distributed.py", "_pre_forward"), ("torch/nn/pa
              ("torch/nn/modules/module.py", "_call_impl")), MAIN)
 
 
-def ddp_rebuild(b: SnapshotBuilder, old_bytes: int) -> None:
+def ddp_rebuild(b: SnapshotBuilder, old_bytes: int, old_first: bool = False, between: bool = False) -> None:
     """DDP built before recording (one bucket of `old_bytes`), then its second forward rebuilds
-    two buckets of 4096 B each and frees the old one; a broadcast temporary in between."""
+    two buckets of 4096 B each and frees the old one (after them, or `old_first`: just before
+    them, `between`: with the batch made in between); a broadcast temporary among them."""
     old = b.pre(old_bytes)
+    b.alloc(2048, MAIN)  # the batch
+    if old_first:
+        b.free(old, ENGINE)
+        if between:
+            b.alloc(512, MAIN)
     b.alloc(4096, DDP)
     tmp = b.alloc(1024, DDP)
     b.free(tmp, None)
     b.alloc(4096, DDP)
-    b.free(old, ENGINE)
+    if not old_first:
+        b.free(old, ENGINE)
     b.alloc(2048, FORWARD)
 
 
@@ -224,6 +231,18 @@ def test_ddp_buckets_are_comm_buffers_and_replace_the_old_ones(tmp_path):
     assert d["temporary"]["allocations"] == 1 and d["temporary"]["end_bytes"] == 0
 
 
+def test_old_buckets_freed_just_before_the_new_ones_are_replaced_too(tmp_path):
+    """Scenario: the reducer frees the old bucket first (the order varies from run to run).
+    Given its free right before the new buckets, with no allocation in between, then it is
+    comm_buffer_replaced; given another allocation in between, it is not."""
+    b = SnapshotBuilder()
+    ddp_rebuild(b, 8192, old_first=True)
+    assert decided(report_of(b, tmp_path))["comm_buffer_replaced"]["allocations"] == 1
+    b = SnapshotBuilder()
+    ddp_rebuild(b, 8192, old_first=True, between=True)
+    assert "comm_buffer_replaced" not in decided(report_of(b, tmp_path))
+
+
 def test_an_old_block_of_another_size_is_not_taken_for_a_bucket(tmp_path):
     """Scenario: the contrast. Given the old block's size matching neither a bucket nor their
     total, then it is not a comm buffer."""
@@ -232,3 +251,40 @@ def test_an_old_block_of_another_size_is_not_taken_for_a_bucket(tmp_path):
     d = decided(report_of(b, tmp_path))
     assert "comm_buffer_replaced" not in d
     assert d["comm_frames"]["allocations"] == 2
+
+
+# --------------------------------------------------------------------------- how sure
+def test_the_report_says_how_strong_the_evidence_behind_each_byte_is(tmp_path):
+    """Scenario: a checkpointed step with a frozen weight. Given a weight a gradient matches
+    (the step's structure), a frozen weight no gradient matches (live from before the trace to
+    the end: lifetime alone), and the step's blocks, when the snapshot is read, then every reason
+    carries its evidence, snapshot.confidence sums the peak by evidence to the byte, and the text
+    report names the weaker rules' bytes next to the composition."""
+    b = SnapshotBuilder()
+    b.pre(4096)
+    frozen = b.pre(3072)
+    checkpointed_step(b)
+    optimizer_step(b)
+    path = b.write(tmp_path / "snapshot.pickle")
+    report = rs.load(path)
+    r = report.to_dict()
+    evidence = {x["rule"]: x["evidence"] for x in r["snapshot"]["reasons"]}
+    assert evidence["weights_by_lifetime"] == "weak" and evidence["parameter_matched_gradient"] == "structure"
+    assert evidence["activation"] == "structure"
+    conf = r["snapshot"]["confidence"]
+    assert sum(conf["peak_bytes_by_evidence"].values()) == r["peak"]["bytes"]
+    assert conf["peak_by_evidence"]["weak"]["parameter"] == conf["weak_peak_bytes"] == 3072 and frozen
+    assert conf["weak_share_of_peak"] == 3072 / r["peak"]["bytes"]
+    assert "3.00 KiB of it by size or lifetime alone" in report.summary()
+    assert "by size or lifetime alone" in report.summary().split("how the peak's bytes were decided:")[1]
+
+
+def test_without_any_phase_the_lifetime_rules_are_weak(tmp_path):
+    """Scenario: a snapshot recorded without stacks or annotations. Given blocks made and freed
+    with no phase anywhere, when the snapshot is read, then their `temporary` is lifetime alone."""
+    b = SnapshotBuilder()
+    x = b.alloc(1024, ())
+    b.free(x, ())
+    b.alloc(2048, ())
+    r = rs.load(b.write(tmp_path / "snapshot.pickle")).to_dict()
+    assert {x["rule"]: x["evidence"] for x in r["snapshot"]["reasons"]}["temporary"] == "weak"

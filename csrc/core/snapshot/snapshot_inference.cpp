@@ -218,7 +218,6 @@ void SnapshotInference::free(std::uint64_t addr, const SnapshotFrames* frames, b
   b.freed_in_trace = !after_trace;
   b.free_bits = m.open_bits();
   b.optimizer_at_free = m.open_instance_with(Impl::kOptimizer);
-  b.free_instance = m.stack.empty() ? -1 : static_cast<std::int32_t>(m.stack.back());
   b.freed_in_alloc_phase = b.alloc_instance >= 0
                                ? m.instances[static_cast<std::size_t>(b.alloc_instance)].open
                                : m.stack.empty() && m.idle_epoch == b.alloc_idle_epoch;

@@ -24,7 +24,7 @@
 //                                same size made in backward
 //   optimizer_state_replaced     live before the first forward, freed in an optimizer step that
 //                                made (and kept) a block of the same size
-//   comm_buffer_replaced         live before the first forward, freed where DDP's reducer made
+//   comm_buffer_replaced         live before the first forward, freed while DDP's reducer made
 //                                buckets of the same total size (its buckets rebuilt)
 //   gradient_zero_grad           live before the first forward, freed by zero_grad
 //   workspace_size               exactly cuBLAS's default workspace (8,519,680 B), no C++ frames

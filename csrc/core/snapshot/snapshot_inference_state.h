@@ -54,7 +54,6 @@ struct SnapshotInference::Impl {
     std::uint64_t alloc_op = 0, free_op = kNever;
     std::int32_t alloc_instance = -1;   // innermost open phase at alloc (-1: idle)
     std::int32_t backward_at_alloc = -1, optimizer_at_alloc = -1, optimizer_at_free = -1;
-    std::int32_t free_instance = -1;    // innermost open phase at the free (-1: idle)
     std::uint32_t alloc_bits = 0, free_bits = 0;
     std::uint32_t last_begun_bit = 0;   // the phase that began last before the alloc (0: none)
     std::uint64_t alloc_idle_epoch = 0;

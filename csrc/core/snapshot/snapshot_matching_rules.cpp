@@ -6,6 +6,7 @@
 #include <array>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 
 namespace ridgescope::detail {
@@ -186,27 +187,53 @@ std::uint64_t SnapshotInference::Impl::site_hash(const SnapshotFrames& frames) {
 
 // comm_buffer_replaced: when DDP rebuilds its buckets (before the second forward) it frees
 // the ones it made when it was built, which hold the same gradients: a block older than the
-// first forward, freed in a phase where comm_frames buckets were made, whose size is the total of
-// those buckets (one bucket of everything) or one of theirs.
+// first forward, freed while the reducer makes the new buckets (between two of them, or next to
+// them with no other allocation in between: the old ones go just before or just after), whose
+// size is the total of some of those buckets (one bucket of everything, one of theirs; what
+// else the reducer keeps there, a few bytes, is left out).
 void SnapshotInference::Impl::rule_comm_buffer_replaced() {
-  absl::flat_hash_map<std::int32_t, std::vector<std::uint64_t>> made;  // phase instance -> bucket sizes
+  struct Rebuild {
+    std::uint64_t first = kNever, last = 0;
+    std::vector<std::uint64_t> sizes;
+    absl::flat_hash_set<std::uint64_t> sums;  // totals of subsets of the buckets (bounded)
+  };
+  absl::flat_hash_map<std::int32_t, Rebuild> rebuilds;  // phase instance (-1: idle) -> its buckets
   for (const Block& b : blocks) {
-    if (b.decided && b.rule == InferenceRule::CommFrames && b.alloc_instance >= 0) {
-      made[b.alloc_instance].push_back(b.size_key());
+    if (!b.decided || b.rule != InferenceRule::CommFrames) continue;
+    Rebuild& r = rebuilds[b.alloc_instance];
+    r.first = std::min(r.first, b.alloc_op);
+    r.last = std::max(r.last, b.alloc_op);
+    r.sizes.push_back(b.size_key());
+  }
+  if (rebuilds.empty()) return;
+  constexpr std::size_t kMaxSums = 4096;
+  for (auto& [instance, r] : rebuilds) {
+    for (std::uint64_t n : r.sizes) {
+      std::vector<std::uint64_t> add{n};
+      for (std::uint64_t s : r.sums) add.push_back(s + n);
+      for (std::uint64_t s : add) {
+        if (r.sums.size() < kMaxSums) r.sums.insert(s);
+      }
     }
   }
-  if (made.empty()) return;
+  std::vector<std::uint64_t> alloc_ops;  // ascending: blocks are kept in allocation order
+  alloc_ops.reserve(blocks.size());
+  for (const Block& b : blocks) alloc_ops.push_back(b.alloc_op);
+  auto allocations_between = [&](std::uint64_t lo, std::uint64_t hi) {  // in (lo, hi)
+    return std::lower_bound(alloc_ops.begin(), alloc_ops.end(), hi) -
+           std::upper_bound(alloc_ops.begin(), alloc_ops.end(), lo);
+  };
   for (Block& b : blocks) {
-    if (b.decided || !before_first_forward(b) || !b.freed_in_trace || b.free_instance < 0) continue;
-    auto it = made.find(b.free_instance);
-    if (it == made.end()) continue;
-    std::uint64_t total = 0;
-    bool one = false;
-    for (std::uint64_t n : it->second) {
-      total += n;
-      one = one || n == b.size_key();
+    if (b.decided || !before_first_forward(b) || !b.freed_in_trace) continue;
+    for (const auto& [instance, r] : rebuilds) {
+      const std::uint64_t f = b.free_op;
+      const bool during = (f > r.first && f < r.last) || (f < r.first && allocations_between(f, r.first) == 0) ||
+                          (f > r.last && allocations_between(r.last, f) == 0);
+      if (during && r.sums.contains(b.size_key())) {
+        decide(b, Category::CommBuffer, InferenceRule::CommBufferReplaced);
+        break;
+      }
     }
-    if (one || total == b.size_key()) decide(b, Category::CommBuffer, InferenceRule::CommBufferReplaced);
   }
 }
 
