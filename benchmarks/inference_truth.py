@@ -53,7 +53,9 @@ the inference gave every block, and compared block by block with the live catego
   report's ``snapshot.confidence``).
 
 Usage: ``.venv/bin/python benchmarks/inference_truth.py [--workloads a,b] [--steps 3]
-[--keep DIR]``; prints one JSON object (progress on stderr). The fast subset of
+[--keep DIR] [--reader DIR]``; prints one JSON object (progress on stderr). ``--reader``: the
+stripped files are read by the ridgescope package in DIR (another commit's build), so an older
+inference is measured against the same truth. The fast subset of
 tests/python/test_inference_truth.py runs the same functions."""
 from __future__ import annotations
 
@@ -62,6 +64,8 @@ import json
 import os
 import pickle
 import platform
+import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -181,7 +185,7 @@ def torch_frames(frames: list[dict], form: str, prefix: list[tuple[str, str]] = 
 # ------------------------------------------------------------------------------ strip
 class Block:
     __slots__ = ("key", "requested", "bytes", "category", "adopted", "frames", "addr", "alloc_index", "label",
-                 "live_label")
+                 "live_label", "rule")
 
     def __init__(self, key: int, requested: int, nbytes: int, category: str, adopted: bool, frames: list) -> None:
         self.key, self.requested, self.bytes, self.category = key, requested, nbytes, category
@@ -189,6 +193,7 @@ class Block:
         self.addr = 0
         self.alloc_index = -1
         self.label = self.live_label = ""  # the inference's label (with its rule); the live one
+        self.rule = ""  # the rule that decided it (the label's last [id])
 
 
 def live_label(e: dict) -> str:
@@ -301,11 +306,25 @@ def strip(export: dict, form: str, optimizer_class: str | None, frees: list | No
 
 
 # ------------------------------------------------------------------------------ compare
+READER = None  # another ridgescope package to read the stripped files with (--reader)
+
+READ_BACK = ("import json, sys; import ridgescope as rs; r = rs.load(sys.argv[1]); r.to_snapshot(sys.argv[2]); "
+             "print(json.dumps(r.to_dict()))")
+
+
 def inferred_categories(snapshot_path: Path, blocks: list[Block], tmp: Path) -> tuple[dict[int, str], dict]:
-    """The category the inference gave each block (by its key), and the read-back report."""
-    report = rs.load(snapshot_path)
+    """The category the inference gave each block (by its key), and the read-back report. With
+    ``READER`` (a folder holding another build's ``ridgescope`` package) that build reads the
+    file, in a process of its own: the same truth against another commit's inference."""
     again = tmp / (snapshot_path.stem + ".again.pickle")
-    report.to_snapshot(again)
+    if READER is None:
+        report_dict = (report := rs.load(snapshot_path)).to_dict()
+        report.to_snapshot(again)
+    else:
+        env = dict(os.environ, PYTHONPATH=str(READER))
+        out = subprocess.run([sys.executable, "-c", READ_BACK, str(snapshot_path), str(again)], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        report_dict = json.loads(out)
     seen: dict[int, int] = defaultdict(int)
     labels: dict[tuple[int, int], str] = {}
     found: dict[tuple[int, int], str] = {}
@@ -322,7 +341,9 @@ def inferred_categories(snapshot_path: Path, blocks: list[Block], tmp: Path) -> 
         occurrence[b.addr] += 1
         out[b.key] = found.get(key, "unknown")
         b.label = labels.get(key, "")
-    return out, report.to_dict()
+        m = re.search(r"\[(\w+)\]$", b.label)
+        b.rule = m.group(1) if m else "unknown"
+    return out, report_dict
 
 
 def fractions(pairs: list[tuple[int, str, str]]) -> dict[str, float]:
@@ -339,6 +360,19 @@ def fractions(pairs: list[tuple[int, str, str]]) -> dict[str, float]:
         wrong += n if a != b else 0
     l1 = sum(abs(t[c] - i[c]) for c in set(t) | set(i))
     return {"bytes": total, "misattributed": round(l1 / 2 / total, 5), "wrong": round(wrong / total, 5)}
+
+
+def by_evidence(blocks: list[Block], inferred: dict[int, str], evidence_of: dict[str, str]) -> dict[str, dict]:
+    """Per kind of evidence (the report's reasons say which rule has which): the bytes its rules
+    decided over every scored block of the run, and the share of them in the wrong category."""
+    out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for b in blocks:
+        if b.category == "unknown":
+            continue
+        e = out[evidence_of.get(b.rule, "none")]
+        e[0] += b.bytes
+        e[1] += b.bytes if inferred[b.key] != b.category else 0
+    return {k: {"bytes": n, "wrong": round(w / n, 5) if n else 0.0} for k, (n, w) in sorted(out.items())}
 
 
 def compare(blocks: list[Block], inferred: dict[int, str], peak: dict) -> dict[str, Any]:
@@ -413,6 +447,8 @@ def measure_trace(name: str, trace: Path, work: Path, forms: tuple[str, ...] = F
         inferred, report = inferred_categories(path, blocks, work)
         m = compare(blocks, inferred, peak)
         m["free_stacks"] = peak["free_stacks"]
+        evidence_of = {r["rule"]: r.get("evidence", "none") for r in report.get("snapshot", {}).get("reasons", [])}
+        m["by_evidence"] = by_evidence(blocks, inferred, evidence_of)
         conf = report.get("snapshot", {}).get("confidence")
         if conf is not None:
             m["weak_share"] = conf.get("weak_share_of_peak")
@@ -432,7 +468,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated (default: all)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--keep", type=Path, help="keep the traces and stripped snapshots in this folder")
+    p.add_argument("--reader", type=Path,
+                   help="read the stripped snapshots with the ridgescope package in this folder (another commit's "
+                        "build, e.g. to measure the inference before a change against the same truth)")
     args = p.parse_args(argv)
+    global READER
+    READER = args.reader
     names = [n for n in args.workloads.split(",") if n]
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
@@ -452,7 +493,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{m['allocated']['misattributed']:.1%}" for f, m in r["forms"].items()), file=sys.stderr, flush=True)
     out = {"benchmark": "inference_truth", "date": time.strftime("%Y-%m-%d"),
            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "python": platform.python_version(),
-           "torch": torch.__version__, "ridgescope": rs.__version__, "goal": GOAL, "workloads": results,
+           "torch": torch.__version__, "ridgescope": rs.__version__, "reader": str(READER) if READER else None,
+           "goal": GOAL, "workloads": results,
            "all_meet_goal": all(r["meets_goal"] for r in results)}
     print(json.dumps(out, indent=1))
     return 0

@@ -288,3 +288,25 @@ def test_without_any_phase_the_lifetime_rules_are_weak(tmp_path):
     b.alloc(2048, ())
     r = rs.load(b.write(tmp_path / "snapshot.pickle")).to_dict()
     assert {x["rule"]: x["evidence"] for x in r["snapshot"]["reasons"]}["temporary"] == "weak"
+
+
+def test_the_first_steps_batch_that_gets_a_gradient_is_no_parameter(tmp_path):
+    """Scenario: a reentrant checkpoint needs its input to require grad, so the batch gets a
+    gradient of its own size, like a weight. Given a weight older than the trace and the first
+    step's batch of the same size, both given a gradient by the backward, and the batch freed
+    after the backward, before the optimizer step, when the snapshot is read, then only the weight
+    is a parameter (a parameter lives through the first step) and the batch is an input."""
+    b = SnapshotBuilder()
+    b.pre(4096)
+    batch = b.alloc(4096, MAIN)
+    saved = b.alloc(8192, FORWARD)
+    b.alloc(512, BACKWARD)
+    b.alloc(4096, ENGINE)  # the weight's gradient
+    grad_of_batch = b.alloc(4096, ENGINE)
+    b.free(saved, ENGINE)
+    b.free(grad_of_batch, MAIN)
+    b.free(batch, MAIN)
+    optimizer_step(b)
+    d = decided(report_of(b, tmp_path))
+    assert d["parameter_matched_gradient"]["allocations"] == 1 and d["parameter_matched_gradient"]["end_bytes"] == 4096
+    assert d["input_before_forward"]["allocations"] == 1

@@ -21,7 +21,16 @@ using Block = SnapshotInference::Impl::Block;
 // backward made.
 void SnapshotInference::Impl::rule_parameter_matched_gradient() {
   if (first_backward_op == kNever) return;
-  const std::uint64_t first_backward_end = instances[first_backward_instance].end_op;
+  // A parameter lives through the first step: past the first backward (an input saved for it
+  // dies inside) and past the optimizer step that follows it, where there is one (the batch of
+  // the first step, even one that requires grad and gets a gradient, dies before).
+  std::uint64_t lives_past = instances[first_backward_instance].end_op;
+  for (const Instance& in : instances) {
+    if (in.bit == kOptimizer && in.begin_op >= lives_past) {
+      lives_past = in.end_op;
+      break;
+    }
+  }
   absl::flat_hash_map<std::pair<std::int32_t, std::uint64_t>, std::uint64_t> per_backward;
   for (const Block& b : blocks) {
     if (!b.decided || b.category != Category::Gradient || b.backward_at_alloc < 0) continue;
@@ -34,8 +43,7 @@ void SnapshotInference::Impl::rule_parameter_matched_gradient() {
   std::vector<std::uint32_t> candidates;
   for (std::uint32_t i = 0; i < blocks.size(); ++i) {
     const Block& b = blocks[i];
-    // a parameter lives through the first backward (an input saved for it dies inside)
-    if (!b.decided && before_first_forward(b) && b.lifetime_end() > first_backward_end) candidates.push_back(i);
+    if (!b.decided && before_first_forward(b) && b.lifetime_end() > lives_past) candidates.push_back(i);
   }
   // Parameters are the oldest blocks and, updated in place, live to the end: those first (an
   // optimizer's old state, freed in the step, is then left to optimizer_state_replaced).
