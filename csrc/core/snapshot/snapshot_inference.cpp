@@ -189,7 +189,6 @@ std::uint32_t SnapshotInference::alloc(std::uint64_t addr, std::uint64_t bytes, 
   b.alloc_idle_epoch = m.idle_epoch;
   b.backward_at_alloc = m.open_instance_with(Impl::kBackward);
   b.optimizer_at_alloc = m.open_instance_with(Impl::kOptimizer);
-  b.after_a_forward = !m.forward_begins.empty();
   b.last_begun_bit = m.instances.empty() ? 0 : m.instances.back().bit;
   const auto id = static_cast<std::uint32_t>(m.blocks.size());
   m.blocks.push_back(b);

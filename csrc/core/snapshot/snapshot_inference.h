@@ -29,8 +29,8 @@
 //   gradient_zero_grad           live before the first forward, freed by zero_grad
 //   workspace_size               exactly cuBLAS's default workspace (8,519,680 B), no C++ frames
 //   temporary                    made and freed inside one phase (or one idle stretch)
-//   activation                   made in forward (or after it, before backward) and freed in
-//                                backward
+//   activation                   made in forward and freed in backward, or made after the forward
+//                                (the loss) and live when the backward begins
 //   forward_output               made in forward, live after it, not freed by a backward
 //   weights_by_lifetime          no frames, live before the first forward and to the end
 //   forward_frames               older than the trace, made inside an nn.Module call, live at

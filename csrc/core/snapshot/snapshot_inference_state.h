@@ -57,7 +57,6 @@ struct SnapshotInference::Impl {
     std::uint32_t alloc_bits = 0, free_bits = 0;
     std::uint32_t last_begun_bit = 0;   // the phase that began last before the alloc (0: none)
     std::uint64_t alloc_idle_epoch = 0;
-    bool after_a_forward = false;       // a forward had begun before the alloc
     bool before_trace = false;
     bool freed_in_trace = false;        // a free the trace recorded (not the end state's)
     bool freed_in_alloc_phase = false;  // still inside the phase (or idle stretch) it was made in

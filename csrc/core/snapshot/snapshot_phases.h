@@ -2,9 +2,11 @@
 // layer): a ridgescope export's annotations, placed by trace index; for a snapshot PyTorch
 // wrote, its record_function annotations (the optimizer's step and zero_grad, record_functions
 // named like a phase: exact) placed by time, and otherwise phases inferred from each
-// allocation's frames (a phase per run of allocations whose frames name the same phase; a new
-// step when a forward follows a backward or an optimizer step). The SnapshotEmitter calls it
-// as the entries go by and receives the phase and step events.
+// allocation's frames (a phase per run of allocations whose frames name the same phase; a
+// checkpoint's recomputation nested inside the backward; the user's main-thread code, in an
+// allocation's stack or a free's own, ending the phase; a new step when a forward follows a
+// backward or an optimizer step). The SnapshotEmitter calls it as the entries go by and
+// receives the phase and step events.
 //
 // Thread-safety: none; one per replay.
 #pragma once
