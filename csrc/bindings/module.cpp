@@ -11,6 +11,7 @@
 #include "cpu_allocator_source.h"
 #include "cuda_allocator_source.h"
 #include "python_frames.h"
+#include "python_locals.h"
 #include "site_capture.h"
 #include "tracking_session.h"
 #include "allocator_model_bindings.h"
@@ -265,6 +266,18 @@ PYBIND11_MODULE(_C, m) {
         py::arg("library_roots"), py::arg("stdlib_roots"),
         "Set which files are library code for allocation sites and install the Python frame "
         "walker after checking it on this thread; returns '' or why Python frames are not read.");
+
+  m.def("frame_locals",
+        [](py::object frame) -> py::object {
+          PyObject* out = ridgescope::sources::frame_locals(frame.ptr());
+          if (out == nullptr) throw py::error_already_set();
+          return py::reinterpret_steal<py::object>(out);
+        },
+        py::arg("frame"),
+        "The (name, value) pairs of a running frame's locals, without the snapshot f_locals "
+        "keeps (python_locals.h); None where this build does not read them.");
+  m.def("frame_locals_status", &ridgescope::sources::frame_locals_status,
+        "'' when frame_locals reads this interpreter's frames, else why not.");
 
   py::class_<TrackingSession>(m, "Session")
       .def(py::init([](const std::string& path, std::uint64_t capacity, const std::string& stacks) {

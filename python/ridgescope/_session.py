@@ -230,6 +230,8 @@ class Session:
     def _teardown(self) -> None:
         global _active
         if self._instr is not None:
+            if self.active and not self._instr.failed:  # models made since the last step
+                self._instr._guard(self._instr.discover_models)()
             self._instr.remove()
         if self._native is not None:
             if self._native.active:
@@ -298,6 +300,7 @@ class Session:
     def mark_step(self) -> None:
         """Counts a training step explicitly (for loops without a torch optimizer)."""
         if self._instr is not None and self.active:
+            self._instr._guard(self._instr.discover_models)()
             self._instr._native.step(self._instr._step)
             self._instr._step += 1
 
