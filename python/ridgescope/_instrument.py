@@ -367,12 +367,12 @@ class Instrumentation:
                 elif module is not self._root:
                     if self.models.on_outer_call(module):
                         self._models_changed()  # a second model (a reference model's forward)
-                    if self.models.is_model(module):
+                    if self.models.in_other_model(module):
                         opened = _MODEL_CALL
                 self.distributed.on_outer_module(module)  # a DDP/FSDP wrapper around the model
                 if module is self._root:
                     opened = "forward" if torch.is_grad_enabled() else "eval"
-            if opened is not None and not self.begin_phase(opened, explicit=False):
+            if opened not in (None, _MODEL_CALL) and not self.begin_phase(opened, explicit=False):
                 opened = None
             if opened == "forward":
                 leaves, _ = tree_flatten((args, kwargs))

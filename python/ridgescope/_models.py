@@ -93,15 +93,19 @@ class Models:
 
     # ------------------------------------------------------------------------- the root
     def may_be_root(self, module: torch.nn.Module) -> bool:
-        """Whether an outermost module called while no root is known becomes the root."""
+        """Whether an outermost module called while no root is known becomes the root: one with
+        a trainable parameter called with gradients enabled. A module called frozen or under
+        no_grad (a teacher, a reference model) waits, and becomes the root when it is called
+        again before any module was trained (an evaluation-only script); one without
+        parameters (a loss function) never does."""
         params = list(module.parameters())
-        if any(p.requires_grad for p in params):
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
             return True
         if not params or id(module) not in self._waiting:
             if params:
                 self._waiting.add(id(module))
             return False
-        return True  # a frozen module called again with no trainable one in between
+        return True
 
     def is_waiting(self, module: torch.nn.Module) -> bool:
         """A frozen module called first, not (yet) the root."""
@@ -336,8 +340,7 @@ class Models:
             self.entries.append(copy)
             for k, v in pairs:
                 label = f"{copy.prefix}{k}" + ("" if v.requires_grad else " (frozen)")
-                self._register(copy, "p:" + k, self._instr.distributed.local(v) or v,
-                               "parameter", label)
+                self._register(copy, "p:" + k, v, "parameter", label)
             copy.description = _describe(copy, [v for _, v in pairs], [])
             copy.description["copy_of"] = entry.name
             return True
@@ -357,10 +360,11 @@ class Models:
                     out.append(p)
         return out
 
-    def is_model(self, module: torch.nn.Module) -> bool:
-        """Whether ``module`` is a listed model itself (not one of its submodules)."""
+    def in_other_model(self, module: torch.nn.Module) -> bool:
+        """Whether ``module`` is (in) a listed model other than the root (a teacher, or the
+        encoder of a frozen VAE whose ``encode`` calls it)."""
         entry = self._members.get(module)
-        return entry is not None and entry.module() is module
+        return entry is not None and bool(entry.prefix)
 
     def module_name(self, module: torch.nn.Module) -> str | None:
         """``<model>: <path>`` of a module inside a listed model (the model's own name for the
