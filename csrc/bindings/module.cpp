@@ -309,8 +309,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("tensor"), py::arg("category"), py::arg("label") = 0, py::arg("weak") = false)
       .def("register",
            [](TrackingSession& s, const at::Tensor& t, const std::string& category,
-              std::uint32_t label) { return s.register_tensor(t, to_category(category), label); },
-           py::arg("tensor"), py::arg("category"), py::arg("label") = 0)
+              std::uint32_t label, bool weak) { return s.register_tensor(t, to_category(category), label, weak); },
+           py::arg("tensor"), py::arg("category"), py::arg("label") = 0, py::arg("weak") = false)
       .def("pack_saved",
            [](TrackingSession& s, const at::Tensor& t) { return s.on_saved_tensor(t); })
       .def("saved_tensor_hooks", &saved_tensor_hooks,

@@ -56,6 +56,7 @@ class ModelEntry:
         self.description: dict[str, Any] = {}
         # parameter path -> shape, for matching a copy of the weights (set by each walk)
         self.shapes: dict[str, torch.Size] = {}
+        self.buffer_shapes: dict[str, torch.Size] = {}
         self.paths: dict[int, str] | None = None  # id(submodule) -> path, made when first asked
 
     def module(self) -> torch.nn.Module | None:
@@ -279,10 +280,11 @@ class Models:
             if t is not None:
                 self._register(entry, "b:" + path, t, "buffer", f"{entry.prefix}{path}")
         entry.shapes = {path: p.shape for path, p in module.named_parameters(remove_duplicate=True)}
+        entry.buffer_shapes = {path: b.shape for path, b in module.named_buffers(remove_duplicate=True)}
         entry.description = _describe(entry, params, buffers)
 
     def _register(self, entry: ModelEntry, key: str, t: torch.Tensor, category: str,
-                  label: str) -> None:
+                  label: str, weak: bool = False) -> None:
         if not isinstance(t, torch.Tensor) or t.device.type not in ("cpu", "cuda"):
             return
         addr = _address(t)
@@ -295,12 +297,14 @@ class Models:
         self._tagged[cache_key] = addr
         if addr:
             self._owner[addr] = entry
-        self._instr._native.register(t, category, self._instr.label(label))
+        self._instr._native.register(t, category, self._instr.label(label), weak)
 
     def _collection(self, f: Found) -> bool:
-        """A list, tuple or dict of tensors: a copy of a known model's parameters when its
-        tensors are shaped exactly like them (in order, or by name), and are neither the
-        parameters themselves nor their gradients."""
+        """A list, tuple or dict of tensors: a copy of a listed model's weights when its tensors
+        are shaped exactly like the model's parameters (a list or tuple, in their order) or
+        named like its parameters and buffers (a dict: ``{k: v.clone() for k, v in
+        model.state_dict().items()}``), and are copies: neither the model's tensors themselves,
+        views of them (``model.state_dict()``), nor their gradients."""
         value = f.value
         n = len(value)
         known = self._collections.get(id(value))
@@ -315,20 +319,24 @@ class Models:
             module = entry.module()
             if module is None:
                 continue
-            shapes = entry.shapes
+            shapes, buffer_shapes = entry.shapes, entry.buffer_shapes
             if type(value) is dict:
                 pairs = list(value.items())
-                if any(type(k) is not str or k not in shapes for k, _ in pairs):
+                if any(type(k) is not str or (k not in shapes and k not in buffer_shapes)
+                       for k, _ in pairs) or not any(k in shapes for k, _ in pairs):
                     continue
             else:
                 if n != len(shapes):
                     continue
                 pairs = list(zip(shapes.keys(), value))
-            if not all(type(v) is torch.Tensor and v.shape == shapes[k] for k, v in pairs):
+            if not all(type(v) is torch.Tensor and v.shape == (shapes.get(k) or buffer_shapes[k])
+                       for k, v in pairs):
                 continue
-            params = dict(module.named_parameters(remove_duplicate=True))
-            if any(v is params[k].grad for k, v in pairs):
-                continue  # the model's gradients
+            own = dict(module.named_parameters(remove_duplicate=True))
+            own.update(module.named_buffers(remove_duplicate=True))
+            if any(v is getattr(own[k], "grad", None) or _address(v) == _address(own[k])
+                   for k, v in pairs):
+                continue  # the model's gradients, or views of its own tensors
             if self._full():
                 return False
             holder = f.holder
@@ -336,12 +344,16 @@ class Models:
             copy = ModelEntry(self._unique(name), type(holder if holder is not None else value).__name__,
                               "collection", None, "", _weak(holder), copy_of=entry)
             copy.prefix = f"{copy.name}: "
-            self._collections[id(value)] = (len(value), copy)
+            self._collections[id(value)] = (n, copy)
             self.entries.append(copy)
             for k, v in pairs:
-                label = f"{copy.prefix}{k}" + ("" if v.requires_grad else " (frozen)")
-                self._register(copy, "p:" + k, v, "parameter", label)
-            copy.description = _describe(copy, [v for _, v in pairs], [])
+                category = "parameter" if k in shapes else "buffer"
+                frozen = " (frozen)" if category == "parameter" and not v.requires_grad else ""
+                # weakly: a list of kept gradients, tagged `gradient` already, stays gradient
+                self._register(copy, f"{category[0]}:{k}", v, category, f"{copy.prefix}{k}{frozen}",
+                               weak=True)
+            copy.description = _describe(copy, [v for k, v in pairs if k in shapes],
+                                         [v for k, v in pairs if k not in shapes])
             copy.description["copy_of"] = entry.name
             return True
         return False
@@ -492,8 +504,10 @@ def _weak(obj: Any) -> Any:
 
 
 def _nbytes(t: torch.Tensor) -> int:
+    """Bytes of a tensor's elements (this rank's shard of a DTensor); 0 on the meta device,
+    where nothing is allocated (a model built there before ``to_empty``)."""
     from ._model_info import storage_bytes
-    return storage_bytes(t)
+    return 0 if t.device.type == "meta" else storage_bytes(t)
 
 
 def _describe(entry: ModelEntry, params: list[torch.Tensor], buffers: list[torch.Tensor]) -> dict[str, Any]:
