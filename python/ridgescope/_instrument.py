@@ -241,7 +241,7 @@ class Instrumentation:
                         n.register(local_tensor(value), "optimizer_state",
                                    self.label(f"{key} of {self._param_name(p)}"))
         self.models.discover(sys._getframe(1))
-        self._models_changed(describe=False)
+        self._models_changed()
 
     def _models_changed(self, describe: bool = True) -> None:
         """After models were found: names for gradients and optimizer state, the gradients to
@@ -274,8 +274,7 @@ class Instrumentation:
         if self.on_cuda_module is not None and any(p.is_cuda for p in self._params):
             start, self.on_cuda_module = self.on_cuda_module, None
             start()  # before the storages are tagged: the CUDA blocks must be live first
-        self.register_existing(found="called")
-        self._describe()
+        self.register_existing(found="called")  # describes the run
 
     def _adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         self._optimizer = optimizer
