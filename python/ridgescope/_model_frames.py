@@ -152,7 +152,7 @@ class FrameScanner:
         objects: list[tuple[str, Any]] = []
         containers: list[tuple[str, Any]] = []
         seen_globals: set[int] = set()
-        kind = self._kind
+        kinds, kind = self._kinds, self._kind
         read_locals = self._read_locals
         for f, cls in self.user_frames(frame):
             spaces = []
@@ -166,14 +166,16 @@ class FrameScanner:
                 for i, (name, value) in enumerate(items):
                     if i >= MAX_NAMES:
                         break
-                    k = kind(type(value))
-                    if k == _SKIP or k == _TENSOR:
+                    t = type(value)
+                    k = kinds.get(t)
+                    if k is None:
+                        k = kind(t)
+                    if k == _SKIP or k == _TENSOR or name[:2] == "__":  # __builtins__, __spec__
                         continue
                     if k == _MODULE:
                         direct.append(Found(value, name, "variable"))
                     elif k == _OBJECT:
-                        if not name.startswith("__"):
-                            objects.append((name, value))
+                        objects.append((name, value))
                     else:
                         containers.append((name, value))
         out = direct
