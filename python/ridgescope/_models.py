@@ -332,9 +332,9 @@ class Models:
             if not all(type(v) is torch.Tensor and v.shape == (shapes.get(k) or buffer_shapes[k])
                        for k, v in pairs):
                 continue
-            own = dict(module.named_parameters(remove_duplicate=True))
-            own.update(module.named_buffers(remove_duplicate=True))
-            if any(v is getattr(own[k], "grad", None) or _address(v) == _address(own[k])
+            params = dict(module.named_parameters(remove_duplicate=True))
+            own = {**dict(module.named_buffers(remove_duplicate=True)), **params}
+            if any((k in params and v is params[k].grad) or _address(v) == _address(own[k])
                    for k, v in pairs):
                 continue  # the model's gradients, or views of its own tensors
             if self._full():

@@ -86,6 +86,9 @@ def test_a_frozen_deepcopy_made_while_tracking_is_its_own_model(trace_path):
     labels = [b["label"] for b in blocks(report, trace_path) if b["label"].startswith("ref: ")]
     assert sorted(labels) == sorted(f"ref: {n} (frozen)" for n, _ in ref.named_parameters())
     assert report.to_dict()["peak"]["by_category"]["parameter"] == 2 * truth
+    text = report.summary()  # the text report lists both, with their bytes
+    assert "Models: 2, with their parameters (and buffers) live at the peak:" in text
+    assert any(line.split()[:1] == ["ref"] and "frozen" in line for line in text.splitlines())
 
 
 def test_a_teacher_made_before_tracking_is_adopted(trace_path):
