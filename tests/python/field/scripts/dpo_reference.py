@@ -38,7 +38,8 @@ def concatenated_forward(model, batch, prompt_len):
 
 def main():
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2)
+    config = GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2,
+                        bos_token_id=0, eos_token_id=0)
     model = GPT2LMHeadModel(config)
     ref_model = create_reference_model(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)

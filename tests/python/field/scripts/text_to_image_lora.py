@@ -18,7 +18,8 @@ def main():
     noise_scheduler = DDPMScheduler(num_train_timesteps=1000)
     text_encoder = CLIPTextModel(CLIPTextConfig(
         vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, max_position_embeddings=16, projection_dim=32))
+        num_attention_heads=2, max_position_embeddings=16, projection_dim=32,
+        bos_token_id=0, eos_token_id=1, pad_token_id=1))
     vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
                         up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(8, 16),
                         latent_channels=4, norm_num_groups=8, sample_size=16)
