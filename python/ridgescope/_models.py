@@ -77,7 +77,8 @@ class Models:
         self._made = False                      # a module was made since the last scan
         self._changed: list[ModelEntry] = []    # models to walk again
         self._tagged: dict[tuple[int, str], int] = {}   # (id(entry), key) -> storage address
-        self._owner: dict[int, ModelEntry] = {}         # storage address -> the model tagging it
+        # storage address -> (the model that tagged it, the tensor it tagged, held weakly)
+        self._owner: dict[int, tuple[ModelEntry, Any]] = {}
         self._collections: dict[int, tuple[int, ModelEntry | None]] = {}  # id -> (len, copy)
         self._waiting: set[int] = set()         # id(frozen module) called first, not yet root
         self._waiting_names: dict[int, str] = {}
@@ -86,7 +87,6 @@ class Models:
         self._restore: list[Callable[[], None]] = []
         self._handles: list[Any] = []
         self.parameter_names: dict[int, str] = {}  # id(parameter) -> label without "(frozen)"
-        self.not_listed = 0  # models found past MAX_MODELS
 
     @property
     def locals_status(self) -> str:
@@ -167,7 +167,8 @@ class Models:
             names.setdefault(id(f.value), f)
         # modules held by variables, attributes and containers, largest first (a module inside
         # another candidate is that one's member)
-        candidates = [f for f in found if f.how != "collection" and f.value not in self._members]
+        candidates = [f for f in found if f.how != "collection" and f.value not in self._members
+                      and f.value not in self._empty]
         if self._made:
             self._made = False
             candidates += [Found(m, None, "created") for m in self._top_level_made()]
@@ -181,7 +182,10 @@ class Models:
             unique.sort(key=lambda f: -_count_modules(f.value))
             for f in unique:
                 m = f.value
-                if m in self._members or not _holds_tensors(m):
+                if m in self._members:
+                    continue
+                if not _holds_tensors(m):  # a loss function in a variable: not looked at again
+                    self._empty.add(m)
                     continue
                 owner = self._owner_of_all(m)
                 if owner is not None:  # a wrapper or view of a listed model (a compiled module)
@@ -208,12 +212,24 @@ class Models:
             t = local(t)
             if t is None:
                 continue
-            addr = _address(t)
-            entry = self._owner.get(addr) if addr else None
+            entry = self._owner_at(_address(t))
             if entry is None:
                 return None
             owner = owner or entry
         return owner
+
+    def _owner_at(self, addr: int) -> ModelEntry | None:
+        """The model that tagged the storage at ``addr``, while the tensor it tagged still has
+        its storage there (an address freed with a model and reused by another is no one's)."""
+        held = self._owner.get(addr) if addr else None
+        if held is None:
+            return None
+        entry, ref = held
+        t = ref()
+        if t is None or _address(t) != addr:
+            del self._owner[addr]
+            return None
+        return entry
 
     def _top_level_made(self) -> list[torch.nn.Module]:
         made = [m for m in list(self._created.keys()) if m not in self._members]
@@ -230,10 +246,7 @@ class Models:
     def _full(self) -> bool:
         """Whether MAX_MODELS models are listed (a script that makes a model every step would
         otherwise grow the run's description without bound); those after it stay untagged."""
-        if len(self.entries) < MAX_MODELS:
-            return False
-        self.not_listed += 1
-        return True
+        return len(self.entries) >= MAX_MODELS
 
     def _unique(self, name: str) -> str:
         taken = {e.name for e in self.entries}
@@ -291,12 +304,12 @@ class Models:
         cache_key = (id(entry), key)
         if addr and self._tagged.get(cache_key) == addr:
             return
-        owner = self._owner.get(addr) if addr else None
+        owner = self._owner_at(addr)
         if owner is not None and owner is not entry:
             return  # shared with a model found earlier: counted once, under its first name
         self._tagged[cache_key] = addr
         if addr:
-            self._owner[addr] = entry
+            self._owner[addr] = (entry, weakref.ref(t))
         self._instr._native.register(t, category, self._instr.label(label), weak)
 
     def _collection(self, f: Found) -> bool:
