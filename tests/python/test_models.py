@@ -302,17 +302,3 @@ def test_tracking_a_second_model_changes_no_loss(how, tmp_path):
                 ctx.stop()
     assert run(True) == run(False)
 
-
-def test_a_model_made_again_where_a_dropped_one_was_is_tagged(trace_path):
-    """Given a frozen copy found, dropped, and a new copy made (its storages may take the freed
-    addresses), then the new copy's parameters are tagged as its own at the next step's end."""
-    student = mlp()
-    with rs.track(model=student, out=trace_path) as s:
-        ref = copy.deepcopy(student).requires_grad_(False)
-        train(student, steps=1)
-        del ref
-        gc.collect()
-        again = copy.deepcopy(student).requires_grad_(False)
-        train(student, steps=1)
-    models = models_of(s.report())
-    assert models["again"]["at_peak"]["parameter_bytes"] == storage_bytes(again.parameters())
