@@ -210,6 +210,7 @@ def test_a_fit_that_runs_out_of_memory_keeps_its_report(tmp_path):
     assert ooms[0]["phase"] == "optimizer_step"
 
 
+@pytest.mark.filterwarnings("ignore:You defined a `validation_step` but have no `val_dataloader`")
 def test_an_out_of_memory_error_in_data_set_up_is_shown_though_lightning_raises_another(tmp_path, capsys):
     """Given a LightningDataModule whose setup makes the training set and a simulated capacity
     below it, when the first DataLoader starts (its dataset is then counted) the allocation
