@@ -17,6 +17,11 @@ processes on a shared machine disturb it less than wall time would.
                   machinery alone), ridgescope's pack hook with the identity unpack
                   (``x = x * w`` chains, 2 saved tensors per op; the bare session's CPU source
                   is on in the last, as in a real session)
+  model_scan      us per step-end search for the script's other models (Models.discover,
+                  docs/categories.md "Parameters of every model"), called from a training
+                  loop's frame inside ``rs.track`` on the TinyGPT, with nothing new to find (the
+                  steady state) and with a frozen deepcopy held in a variable (found once, then
+                  looked up); ``of_step`` is its share of the tracked step measured right after
   step            ms per TinyGPT training step (the bench_training_step.py model, batch 8) in
                   variants run in alternating blocks of steps: untracked; identity
                   saved-tensor hooks (no ridgescope); a bare native session (the CPU source
@@ -52,7 +57,7 @@ from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
 import ridgescope as rs  # noqa: E402
 from ridgescope import _C  # noqa: E402
 
-SECTIONS = ("cpu_source", "site_capture", "module_call", "saved_tensor", "step")
+SECTIONS = ("cpu_source", "site_capture", "module_call", "saved_tensor", "model_scan", "step")
 
 
 def best_of(fn: Callable[[], float], repeats: int = 5) -> float:
@@ -264,6 +269,41 @@ STEP_VARIANTS = ("untracked", "identity_saved", "cpu_source_only", "tracked", "t
                  "tracked_lifetime")
 
 
+def model_scan(tmp: Path, calls: int = 5000) -> dict[str, Any]:
+    import copy
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=512, d_model=128, n_heads=4, layers=3, seq_len=64)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = gpt_batch(8, 64, 512, seed=0)
+
+    def loop(session: Any, ref: Any) -> tuple[float, float]:  # the training loop's frame
+        models, frame = session._instr.models, sys._getframe()
+        for _ in range(200):
+            models.discover(frame)
+        t = time.thread_time()
+        for _ in range(calls):
+            models.discover(frame)
+        scan = (time.thread_time() - t) / calls
+        t = time.thread_time()
+        for _ in range(10):
+            loss = gpt_loss(model, x, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return scan, (time.thread_time() - t) / 10
+
+    out: dict[str, Any] = {}
+    for name, make_ref in (("nothing_new", lambda: None),
+                           ("frozen_copy_held", lambda: copy.deepcopy(model).requires_grad_(False))):
+        with rs.track(model=model, optimizer=opt, out=tmp / "scan.rstrace") as session:
+            ref = make_ref()
+            scan, step_s = loop(session, ref)
+            models = len(session._instr.models.entries)
+        out[name] = {"us": round(scan * 1e6, 2), "of_step": round(scan / step_s, 5),
+                     "step_ms": round(step_s * 1e3, 2), "models": models}
+    return out
+
+
 def step(tmp: Path, blocks: int, block: int, batch: int) -> dict[str, Any]:
     def identity(t: Any) -> Any:
         return t
@@ -332,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
             out["module_call"] = module_call(tmp)
         if "saved_tensor" in only:
             out["saved_tensor"] = saved_tensor(tmp)
+        if "model_scan" in only:
+            out["model_scan"] = model_scan(tmp)
         if "step" in only:
             out["step"] = step(tmp, args.blocks, args.block, args.batch)
     out["wall_s"] = round(time.perf_counter() - t0, 1)

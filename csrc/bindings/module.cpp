@@ -15,6 +15,7 @@
 #include "cuda_allocator_source.h"
 #include "format_bytes.h"
 #include "python_frames.h"
+#include "python_locals.h"
 #include "site_capture.h"
 #include "tracking_session.h"
 #include "allocator_model_bindings.h"
@@ -287,6 +288,18 @@ PYBIND11_MODULE(_C, m) {
         "Set which files are library code for allocation sites and install the Python frame "
         "walker after checking it on this thread; returns '' or why Python frames are not read.");
 
+  m.def("frame_locals",
+        [](py::object frame) -> py::object {
+          PyObject* out = ridgescope::sources::frame_locals(frame.ptr());
+          if (out == nullptr) throw py::error_already_set();
+          return py::reinterpret_steal<py::object>(out);
+        },
+        py::arg("frame"),
+        "The (name, value) pairs of a running frame's locals, without the snapshot f_locals "
+        "keeps (python_locals.h); None where this build does not read them.");
+  m.def("frame_locals_status", &ridgescope::sources::frame_locals_status,
+        "'' when frame_locals reads this interpreter's frames, else why not.");
+
   py::class_<TrackingSession>(m, "Session")
       .def(py::init([](const std::string& path, std::uint64_t capacity, const std::string& stacks) {
              ridgescope::sources::StackMode mode;
@@ -317,8 +330,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("tensor"), py::arg("category"), py::arg("label") = 0, py::arg("weak") = false)
       .def("register",
            [](TrackingSession& s, const at::Tensor& t, const std::string& category,
-              std::uint32_t label) { return s.register_tensor(t, to_category(category), label); },
-           py::arg("tensor"), py::arg("category"), py::arg("label") = 0)
+              std::uint32_t label, bool weak) { return s.register_tensor(t, to_category(category), label, weak); },
+           py::arg("tensor"), py::arg("category"), py::arg("label") = 0, py::arg("weak") = false)
       .def("pack_saved",
            [](TrackingSession& s, const at::Tensor& t) { return s.on_saved_tensor(t); })
       .def("saved_tensor_hooks", &saved_tensor_hooks,

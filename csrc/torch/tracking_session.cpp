@@ -150,7 +150,7 @@ void TrackingSession::tag_tensor(const at::Tensor& tensor, Category category,
 }
 
 std::uint64_t TrackingSession::register_tensor(const at::Tensor& tensor, Category category,
-                                               std::uint32_t label_id) noexcept {
+                                               std::uint32_t label_id, bool weak) noexcept {
   if (!active_) return 0;
   try {
     if (!tensor.defined() || !tensor.has_storage()) return 0;
@@ -158,7 +158,7 @@ std::uint64_t TrackingSession::register_tensor(const at::Tensor& tensor, Categor
     if (tensor.device().is_cpu()) {
       bytes = register_cpu_storage(tensor.storage().unsafeGetStorageImpl());
     }
-    tag_tensor(tensor, category, label_id, /*weak=*/false);
+    tag_tensor(tensor, category, label_id, weak);
     return bytes;
   } catch (const std::exception& ex) {
     degrade(std::string("internal error while registering a tensor: ") + ex.what());

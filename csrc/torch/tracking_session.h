@@ -69,10 +69,12 @@ class TrackingSession {
   void tag_tensor(const at::Tensor& tensor, Category category, std::uint32_t label_id,
                   bool weak) noexcept;
 
-  // Adopts the storage of a tensor that existed before the session, then tags it (strongly).
-  // Returns the storage bytes newly counted (0 when already counted).
+  // Adopts the storage of a tensor that existed before the session, then tags it (strongly, or
+  // weakly: what a strong tag explains keeps its category, as a kept gradient does when it is
+  // taken for a copy of the weights). Returns the storage bytes newly counted (0 when already
+  // counted).
   std::uint64_t register_tensor(const at::Tensor& tensor, Category category,
-                                std::uint32_t label_id) noexcept;
+                                std::uint32_t label_id, bool weak = false) noexcept;
 
   // Remembers the parameters whose gradients tag_gradients() reports, with each gradient's
   // label. Replaces any earlier list.

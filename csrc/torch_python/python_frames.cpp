@@ -16,103 +16,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "site_capture.h"
 
-// Which frame layout this build reads (it is built against one Python's headers).
-#if defined(Py_GIL_DISABLED) || PY_VERSION_HEX >= 0x030E0000 || PY_VERSION_HEX < 0x030A0000
-#define RS_PYFRAMES 0
-#elif PY_VERSION_HEX >= 0x030D0000
-#define RS_PYFRAMES 313
-#elif PY_VERSION_HEX >= 0x030C0000
-#define RS_PYFRAMES 312
-#elif PY_VERSION_HEX >= 0x030B0000
-#define RS_PYFRAMES 311
-#else
-#define RS_PYFRAMES 310
-#endif
+#include "python_frame_layout.h"
 
 namespace ridgescope::sources {
 namespace {
 
-#if RS_PYFRAMES >= 311
-// A code unit (_Py_CODEUNIT: two bytes, internal to CPython in 3.13) and the first one of a code
-// object (_PyCode_CODE).
-using CodeUnit = std::uint16_t;
-const CodeUnit* code_start(PyCodeObject* code) { return reinterpret_cast<const CodeUnit*>(code->co_code_adaptive); }
-
-// The first fields of CPython's _PyInterpreterFrame (Include/internal/pycore_frame.h of each
-// version), as far as the walk reads them.
-#if RS_PYFRAMES == 311
-struct InterpreterFrame {
-  PyObject* f_func;
-  PyObject* f_globals;
-  PyObject* f_builtins;
-  PyObject* f_locals;
-  PyCodeObject* f_code;
-  PyFrameObject* frame_obj;
-  InterpreterFrame* previous;
-  CodeUnit* prev_instr;
-  int stacktop;
-  bool is_entry;
-  char owner;
-};
-PyCodeObject* code_of(const InterpreterFrame* f) { return f->f_code; }
-const CodeUnit* instruction_of(const InterpreterFrame* f) { return f->prev_instr; }
-#elif RS_PYFRAMES == 312
-struct InterpreterFrame {
-  PyCodeObject* f_code;
-  InterpreterFrame* previous;
-  PyObject* f_funcobj;
-  PyObject* f_globals;
-  PyObject* f_builtins;
-  PyObject* f_locals;
-  PyFrameObject* frame_obj;
-  CodeUnit* prev_instr;
-  int stacktop;
-  std::uint16_t return_offset;
-  char owner;
-};
-PyCodeObject* code_of(const InterpreterFrame* f) { return f->f_code; }
-const CodeUnit* instruction_of(const InterpreterFrame* f) { return f->prev_instr; }
-#else  // 3.13
-struct InterpreterFrame {
-  PyObject* f_executable;
-  InterpreterFrame* previous;
-  PyObject* f_funcobj;
-  PyObject* f_globals;
-  PyObject* f_builtins;
-  PyObject* f_locals;
-  PyFrameObject* frame_obj;
-  CodeUnit* instr_ptr;
-  int stacktop;
-  std::uint16_t return_offset;
-  char owner;
-};
-PyCodeObject* code_of(const InterpreterFrame* f) {
-  return f->f_executable != nullptr && PyCode_Check(f->f_executable) ? reinterpret_cast<PyCodeObject*>(f->f_executable)
-                                                                    : nullptr;
-}
-const CodeUnit* instruction_of(const InterpreterFrame* f) { return f->instr_ptr; }
-#endif
-constexpr char kOwnedByGenerator = 1;
-constexpr char kOwnedByCStack = 3;  // 3.12+: the interpreter's entry frames
-
-const InterpreterFrame* top_frame(PyThreadState* ts) {
-#if RS_PYFRAMES >= 313
-  return reinterpret_cast<const InterpreterFrame*>(ts->current_frame);
-#else
-  return ts->cframe != nullptr ? reinterpret_cast<const InterpreterFrame*>(ts->cframe->current_frame) : nullptr;
-#endif
-}
-
-// _PyFrame_IsIncomplete of each version: frames the public API never shows.
-bool incomplete(const InterpreterFrame* f) {
-#if RS_PYFRAMES >= 312
-  if (f->owner == kOwnedByCStack) return true;
-#endif
-  PyCodeObject* code = code_of(f);
-  if (code == nullptr) return true;
-  return f->owner != kOwnedByGenerator && instruction_of(f) < code_start(code) + code->_co_firsttraceable;
-}
-#endif  // RS_PYFRAMES >= 311
+using namespace pyframe;  // NOLINT: the mirrored layout (python_frame_layout.h)
 
 // One frame of the walk: the frame itself, its code object and the index of its current
 // instruction. (frame, code, lasti) identify a frame's position for the path cache.

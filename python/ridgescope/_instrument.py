@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 import threading
 import warnings
 from typing import Any, Callable
@@ -24,8 +25,12 @@ from torch.utils._pytree import tree_flatten
 
 from . import _compile, _model_info
 from ._data import DatasetRegistrar
+from ._models import Models
 from ._version import __version__
 from .distributed import DistributedTracking, local_tensor
+
+# Pushed on the module call stack for the outermost call of a model other than the root.
+_MODEL_CALL = "model call"
 
 BUILTIN_PHASES = ("forward", "backward", "optimizer_step", "zero_grad", "checkpoint", "eval",
                   "data", "recompute", "compile")
@@ -35,7 +40,8 @@ class Instrumentation:
     """Installs and removes the hooks of one session. Owned by ``Session``."""
 
     def __init__(self, native: Any, model: torch.nn.Module | None,
-                 optimizer: torch.optim.Optimizer | None, activations: bool = True) -> None:
+                 optimizer: torch.optim.Optimizer | None, activations: bool = True,
+                 other_models: bool = True) -> None:
         self._native = native
         model = _compile.unwrap_module(model)  # torch.compile(model): the model it compiled
         self._model = model
@@ -64,6 +70,9 @@ class Instrumentation:
         # DDP buckets, FSDP shards and gathers, ZeRO (python/ridgescope/distributed)
         self.distributed = DistributedTracking(self)
         self.datasets = DatasetRegistrar(self)  # a DataLoader's dataset is input (_data.py)
+        from ._session import _code_roots
+        # every model's parameters (_models.py); other_models=False: the given model only
+        self.models = Models(self, *_code_roots(), enabled=other_models)
         self.failed = False
         self.error: str | None = None
         # ridgescope's global module and optimizer hooks (out while compiled code runs: _compile.py)
@@ -211,18 +220,15 @@ class Instrumentation:
                     out.append(p)
         return out
 
-    def register_existing(self) -> None:
-        """Adopts the storages that existed before the session so the ledger starts right."""
+    def register_existing(self, found: str = "tracked") -> None:
+        """Adopts the storages that existed before the session so the ledger starts right, and
+        finds the other models the script holds (_models.py)."""
         n = self._native
         self.distributed.on_model(self._model)  # labels shards and buckets its own way
         self.distributed.on_optimizer(self._optimizer)
         local = self.distributed.local  # a DTensor's local shard; None: labelled already
-        if self._model is not None:
-            for name, p in self._model.named_parameters(remove_duplicate=True):
-                if local(p) is not None:
-                    n.register(local(p), "parameter", self.label(name))
-            for name, b in self._model.named_buffers(remove_duplicate=True):
-                n.register(local(b), "buffer", self.label(name))
+        if self._model is not None:  # its parameters and buffers, by module path
+            self.models.set_root(self._model, found)
         for p in self._params:
             if self._model is None and local(p) is not None:
                 n.register(local(p), "parameter", self.label(self._param_name(p)))
@@ -235,6 +241,26 @@ class Instrumentation:
                     if isinstance(value, torch.Tensor):
                         n.register(local_tensor(value), "optimizer_state",
                                    self.label(f"{key} of {self._param_name(p)}"))
+        self.models.discover(sys._getframe(1))
+        self._models_changed()
+
+    def _models_changed(self, describe: bool = True) -> None:
+        """After models were found: names for gradients and optimizer state, the gradients to
+        watch, and the run's description."""
+        self._param_names = {**_model_info.parameter_names(self._model, self._optimizer),
+                             **self.models.parameter_names}
+        self._watch()
+        if describe:
+            self._describe()
+
+    def _watch(self) -> None:
+        """Watches the gradients of every trainable parameter: of the model and the optimizer,
+        and of every other model found (a GAN's discriminator)."""
+        trainable = [p for p in self._params if p.requires_grad]
+        seen = {id(p) for p in trainable}
+        trainable += [p for p in self.models.trainable_parameters() if id(p) not in seen]
+        self._native.watch_parameters(
+            trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
 
     # ------------------------------------------------------------------- discovery (no model)
     # Without a model (``rs.track()``, ``ridgescope run``), the root is the first module called
@@ -249,11 +275,7 @@ class Instrumentation:
         if self.on_cuda_module is not None and any(p.is_cuda for p in self._params):
             start, self.on_cuda_module = self.on_cuda_module, None
             start()  # before the storages are tagged: the CUDA blocks must be live first
-        self.register_existing()
-        trainable = [p for p in self._params if p.requires_grad]
-        self._native.watch_parameters(
-            trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
-        self._describe()
+        self.register_existing(found="called")  # describes the run
 
     def _adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         self._optimizer = optimizer
@@ -263,14 +285,12 @@ class Instrumentation:
             self._params = self._all_params()
             for p in self._params:
                 self._native.register(p, "parameter", self.label(self._param_name(p)))
-            trainable = [p for p in self._params if p.requires_grad]
-            self._native.watch_parameters(
-                trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
-        self._describe()
+        self._models_changed()
 
     def _describe(self) -> None:
         """(Re)writes the run's description; the analysis keeps the last one."""
         run = _model_info.describe_run(self._model, self._optimizer, __version__)
+        run["models"] = self.models.describe()
         if self.run_extra:
             run.update(self.run_extra)
         self._native.metadata("run", json.dumps(run, sort_keys=True))
@@ -289,8 +309,8 @@ class Instrumentation:
                         if m is module:
                             name = n
                             break
-            if name is None:
-                name = type(module).__name__
+            if name is None:  # a module of another model (a teacher's layer), else its class
+                name = self.models.module_name(module) or type(module).__name__
             info = (self.label(f"activation saved in {name}"),
                     self.label(f"activation recomputed in {name}"), name, self.label(name))
             self._module_labels[id(module)] = info
@@ -339,11 +359,19 @@ class Instrumentation:
                 opened = "recompute"
             else:
                 if self._root is None:
-                    self._adopt_root(module)
+                    if self.models.may_be_root(module):  # not a frozen teacher called first
+                        self._adopt_root(module)
+                    elif self.models.is_waiting(module):
+                        opened = _MODEL_CALL
+                elif module is not self._root:
+                    if self.models.on_outer_call(module):
+                        self._models_changed()  # a second model (a reference model's forward)
+                    if self.models.in_other_model(module):
+                        opened = _MODEL_CALL
                 self.distributed.on_outer_module(module)  # a DDP/FSDP wrapper around the model
                 if module is self._root:
                     opened = "forward" if torch.is_grad_enabled() else "eval"
-            if opened is not None and not self.begin_phase(opened, explicit=False):
+            if opened not in (None, _MODEL_CALL) and not self.begin_phase(opened, explicit=False):
                 opened = None
             if opened == "forward":
                 leaves, _ = tree_flatten((args, kwargs))
@@ -366,10 +394,18 @@ class Instrumentation:
             for t in leaves:
                 if isinstance(t, torch.Tensor):
                     self._native.tag(t, "activation", label, True)
+        if opened is _MODEL_CALL:  # another model's output (a teacher's logits) feeds the loss
+            if output is not None:
+                label = self.label(f"output of {self.models.call_name(module)}")
+                leaves, _ = tree_flatten(output)
+                for t in leaves:
+                    if isinstance(t, torch.Tensor):
+                        self._native.tag(t, "activation", label, True)
+            opened = None
         if opened in ("forward", "eval") and output is not None:
             # The model's output (logits) lives on after forward for the loss: an activation of
             # this forward, not an unexplained block.
-            label = self.label(f"output of {self._module_info(module)[2]}")
+            label = self.label(f"output of {self.models.call_name(module)}")
             leaves, _ = tree_flatten(output)
             for t in leaves:
                 if isinstance(t, torch.Tensor):
@@ -445,9 +481,12 @@ class Instrumentation:
                               opt_mod.register_optimizer_step_post_hook(step_post_hook)]
         self._handles.extend(self.hook_handles[-2:])
 
-        trainable = [p for p in self._params if p.requires_grad]
-        self._native.watch_parameters(
-            trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
+        self._watch()
+        # registration hooks: out of torch's dictionaries while compiled code runs or compiles
+        # (Dynamo would break the graph at a module made inside it, ModuleList slicing)
+        registration = self.models.install(self._guard)
+        self.hook_handles += registration
+        self.module_hook_handles += registration
 
         if self._activations:
             # The native session's hooks are plain C functions (called per saved tensor); a stand-in
@@ -512,10 +551,16 @@ class Instrumentation:
     def _on_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.tag_optimizer_state(optimizer)
         self.distributed.after_step(optimizer)
+        self.discover_models()
         self.end_phase("optimizer_step")
         if optimizer is self._counted_optimizer:
             self._native.step(self._step)
             self._step += 1
+
+    def discover_models(self) -> None:
+        """The step's end: models made or changed during the step (_models.py)."""
+        if self.models.discover(sys._getframe(1)):
+            self._models_changed()
 
     def remove(self) -> None:
         """Removes every hook and patch; safe to call twice."""
@@ -533,6 +578,7 @@ class Instrumentation:
         for restore in reversed(self._restore):
             restore()
         self._restore.clear()
+        self.models.remove()
         self.distributed.remove()
         if self._saved_hooks is not None:
             hooks, self._saved_hooks = self._saved_hooks, None

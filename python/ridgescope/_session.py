@@ -228,6 +228,8 @@ class Session:
     def _teardown(self) -> None:
         global _active
         if self._instr is not None:
+            if self.active and not self._instr.failed:  # models made since the last step
+                self._instr._guard(self._instr.discover_models)()
             self._instr.remove()
         if self._native is not None:
             if self._native.active:
@@ -252,14 +254,9 @@ class Session:
         """An out-of-memory error left the tracked block: say why, in plain language, before the
         exception reaches the caller (the trace already holds the failure)."""
         try:
-            from ._reporters._text import render_oom
-            data = self.report().to_dict()
-            if not data["ooms"]:
-                return
-            lines = ["ridgescope: out of memory; what was live and why:"]
-            lines += render_oom(data["ooms"][-1])
-            lines.append(f"  (details: ridgescope explain {self.path})")
-            print("\n".join(lines), file=sys.stderr)
+            text = oom_explanation(self.report().to_dict(), self.path)
+            if text:
+                print(text, file=sys.stderr)
         except Exception:  # explaining must never replace the user's exception
             pass
 
@@ -296,6 +293,7 @@ class Session:
     def mark_step(self) -> None:
         """Counts a training step explicitly (for loops without a torch optimizer)."""
         if self._instr is not None and self.active:
+            self._instr._guard(self._instr.discover_models)()
             self._instr._native.step(self._instr._step)
             self._instr._step += 1
 
@@ -307,6 +305,18 @@ class Session:
     def _end_explicit(self, name: str) -> None:
         if self._instr is not None and self.active:
             self._instr._guard(self._instr.end_phase)(name)
+
+
+def oom_explanation(data: dict[str, Any], path: Path) -> str | None:
+    """The last out-of-memory error of a report in plain language (what failed, what was live
+    and why, what to change), or None when the report has none."""
+    from ._reporters._text import render_oom
+    if not data["ooms"]:
+        return None
+    lines = ["ridgescope: out of memory; what was live and why:"]
+    lines += render_oom(data["ooms"][-1])
+    lines.append(f"  (details: ridgescope explain {path})")
+    return "\n".join(lines)
 
 
 def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,

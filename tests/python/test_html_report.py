@@ -265,3 +265,27 @@ def test_a_report_read_from_a_pytorch_snapshot_says_what_was_inferred(browser, t
         assert page.count("#rs-warnings [data-kind='snapshot_note']") == len(report.to_dict()["snapshot"]["notes"])
     finally:
         page.page.close()
+
+
+def test_every_model_the_run_held_is_listed_with_its_bytes(browser, tmp_path):
+    """Given a run with a frozen deepcopy of the trained model (a DPO-style reference), then the
+    model card lists both models, each with its bytes at the peak as in the report JSON."""
+    import copy
+    model = make_gpt()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with rs.track(model=model, optimizer=opt, out=tmp_path / "two.rstrace"):
+        ref_model = copy.deepcopy(model).requires_grad_(False)
+        train(model, opt, lambda i: gpt_inputs(4, i), models.gpt_loss, steps=1)
+    report = Report.from_trace(tmp_path / "two.rstrace", timeline_columns=HTML_TIMELINE_COLUMNS)
+    path = tmp_path / "two.html"
+    report.to_html(path)
+    listed = {m["name"]: m for m in report.to_dict()["model"]["models"]}
+    assert sorted(listed) == ["model", "ref_model"] and ref_model is not None
+    page = Page(browser, path)
+    try:
+        assert page.errors == []
+        assert page.attrs("#rs-models tr[data-model]", "data-model") == list(listed)
+        assert page.attrs("#rs-models tr[data-model]", "data-bytes") == [
+            str(m["at_peak"]["parameter_bytes"] + m["at_peak"]["buffer_bytes"]) for m in listed.values()]
+    finally:
+        page.page.close()

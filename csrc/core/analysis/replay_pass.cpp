@@ -365,7 +365,10 @@ void ReplayPass::capture_peak(const Event& e) {
     peak.top_blocks.push_back(std::move(t));
   }
   collect_peak_sites(ledger_, frames_, options_.top_sites, options_.max_stacks, peak);
-  for (auto& [key, l] : labels) peak.by_label.push_back(std::move(l));
+  for (auto& [key, l] : labels) {
+    if (l.category == Category::Parameter || l.category == Category::Buffer) peak.persistent_labels.push_back(l);
+    peak.by_label.push_back(std::move(l));
+  }
   std::sort(peak.by_label.begin(), peak.by_label.end(), [](const LabelBytes& a, const LabelBytes& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.label < b.label;
   });

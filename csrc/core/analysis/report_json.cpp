@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "json_writer.h"
+#include "model_list.h"
 #include "ridgescope/phase.h"
 #include "ridgescope/report.h"
 
@@ -403,6 +404,7 @@ std::string report_to_json(const Report& r) {
     w.null();
   }
   w.end_object();
+  detail::write_model_list(w, m.models);
   w.end_object();
 
   const OptimizerSummary& o = r.optimizer;

@@ -43,6 +43,27 @@ def _model_lines(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _models_lines(d: dict[str, Any]) -> list[str]:
+    """Every model the run held (docs/report_schema.md, model.models), when there is more than
+    the tracked one: its bytes at the peak, whether it trains, where it came from."""
+    models = d["model"].get("models") or []
+    if len(models) < 2:
+        return []
+    width = min(32, max(len(m["name"]) for m in models))
+    lines = [f"Models: {len(models)}, with their parameters (and buffers) live at the peak:"]
+    for m in models:
+        at = m["at_peak"]
+        notes = [m["class"] or "?", "trainable" if m["trainable"] else "frozen"]
+        if m.get("copy_of"):
+            notes.append(f"a copy of {m['copy_of']}'s parameters")
+        if m.get("created_at"):
+            notes.append(f"made at {m['created_at']}")
+        buffers = f" + buffers {format_bytes(at['buffer_bytes'])}" if at["buffer_bytes"] else ""
+        lines.append(f"  {m['name']:<{width}}  {format_bytes(at['parameter_bytes']):>10}{buffers}  "
+                     f"{format_count(m['parameters'])} parameters ({', '.join(notes)})")
+    return lines
+
+
 def _pool_lines(d: dict[str, Any]) -> list[str]:
     """CUDA caching-allocator pools other than the default one (CUDA graphs), if recorded."""
     import json
@@ -195,6 +216,7 @@ def _header_and_peak_lines(d: dict[str, Any]) -> list[str]:
     if dist_lines:
         out.extend(dist_lines + [""])
     out.extend(_model_lines(d))
+    out.extend(_models_lines(d))
     if d["model"].get("parameters") is not None or d["optimizer"].get("type"):
         out.append("")
 
