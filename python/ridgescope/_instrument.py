@@ -70,7 +70,7 @@ class Instrumentation:
         # DDP buckets, FSDP shards and gathers, ZeRO (python/ridgescope/distributed)
         self.distributed = DistributedTracking(self)
         self.datasets = DatasetRegistrar(self)  # a DataLoader's dataset is input (_data.py)
-        from ._session import _code_roots
+        from ._code_roots import _code_roots
         # every model's parameters (_models.py); other_models=False: the given model only
         self.models = Models(self, *_code_roots(), enabled=other_models)
         self.failed = False

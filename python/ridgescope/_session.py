@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import torch
 
 from . import _C
+from ._code_roots import _code_roots
 from ._errors import RidgescopeError
 from ._format import parse_bytes
 from ._instrument import Instrumentation
@@ -25,44 +26,6 @@ _active: "Session | None" = None
 # What each allocation's site holds (docs/sites.md): the site alone (default), the whole Python
 # stack, native frames too; None records no site.
 STACK_MODES = tuple(m for m in _C.STACK_MODES if m != "none")
-
-
-def _code_roots() -> tuple[list[str], list[str]]:
-    """The directories whose files are library code when looking for the user's frame: torch and
-    ridgescope, and the standard library (third-party packages installed inside it excepted)."""
-    import sysconfig
-
-    def with_real(paths: list[str]) -> list[str]:
-        out: list[str] = []
-        for p in paths:
-            for q in (p, os.path.realpath(p)):
-                q = q.rstrip(os.sep) + os.sep
-                if q not in out:
-                    out.append(q)
-        return out
-
-    library = [os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)),
-               _inductor_cache_dir()]
-    paths = sysconfig.get_paths()
-    stdlib = [paths[k] for k in ("stdlib", "platstdlib") if paths.get(k)]
-    stdlib.append(os.path.dirname(os.__file__))
-    return with_real(library), with_real(stdlib)
-
-
-def _inductor_cache_dir() -> str:
-    """Where Inductor writes the Python code of compiled graphs (torch._inductor's cache_dir(),
-    computed without importing Inductor): library code, not the user's."""
-    import getpass
-    import re
-
-    env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if env:
-        return env
-    try:
-        user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
-    except Exception:
-        user = "unknown"
-    return os.path.join(tempfile.gettempdir(), "torchinductor_" + user)
 
 
 def _configure_sites() -> str:
