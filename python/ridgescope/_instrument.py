@@ -17,6 +17,7 @@ import functools
 import json
 import threading
 import warnings
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -53,8 +54,12 @@ class Instrumentation:
         self._module_labels: dict[int, tuple[int, int, str, int]] = {}
         self._tagged: dict[tuple[int, str], int] = {}  # (id(tensor owner), key) -> storage ptr
         self._root: torch.nn.Module | None = model
+        # outermost module -> whether it holds the root (a DDP wrapper of rs.track(model=inner))
+        self._root_wrappers: weakref.WeakKeyDictionary[torch.nn.Module, bool] = \
+            weakref.WeakKeyDictionary()
         self._step = 0
         self._counted_optimizer = optimizer
+        self._step_phases: dict[int, bool] = {}  # id(optimizer) -> its step opened optimizer_step
         self.run_extra: dict[str, Any] = {}  # more of the run's description (the capacity)
         # Called once when a discovered root module holds CUDA tensors (starts the CUDA source).
         self.on_cuda_module: Callable[[], None] | None = None
@@ -122,12 +127,14 @@ class Instrumentation:
 
     # ----------------------------------------------------------------------------- phases
     def begin_phase(self, name: str, explicit: bool) -> bool:
-        """Opens a phase. An automatic phase is skipped while an explicit phase of the same name
-        is open (the user's markers win). Returns whether a phase was opened."""
+        """Opens a phase. An automatic phase is skipped while a phase of the same name is open:
+        the user's markers win, and a phase inside itself is the outer one (ZeRO's local
+        optimizer stepping inside the wrapper's step, autograd's backward inside DeepSpeed's).
+        Returns whether a phase was opened."""
         for listener in self.phase_listeners:
             listener(name, True)
         with self._phase_lock:
-            if not explicit and any(n == name and e for n, e in self._phase_stack):
+            if not explicit and any(n == name for n, _ in self._phase_stack):
                 return False
             self._phase_stack.append((name, explicit))
             self._recomputing = any(n == "recompute" for n, _ in self._phase_stack)
@@ -341,7 +348,7 @@ class Instrumentation:
                 if self._root is None:
                     self._adopt_root(module)
                 self.distributed.on_outer_module(module)  # a DDP/FSDP wrapper around the model
-                if module is self._root:
+                if module is self._root or self._wraps_root(module):
                     opened = "forward" if torch.is_grad_enabled() else "eval"
             if opened is not None and not self.begin_phase(opened, explicit=False):
                 opened = None
@@ -354,6 +361,23 @@ class Instrumentation:
         calls.append(opened)
         info = self._module_info(module)
         self._native.enter_module(info[0], info[3])
+
+    def _wraps_root(self, module: torch.nn.Module) -> bool:
+        """Whether an outermost module holds the tracked model (DDP, FSDP or any wrapper around
+        ``rs.track(model=inner)``): its forward is the model's forward. Looked up once per
+        module."""
+        try:
+            return self._root_wrappers[module]
+        except KeyError:
+            pass
+        except TypeError:  # not weakly referenceable: not remembered
+            return any(m is self._root for m in module.modules())
+        holds = self._root is not None and any(m is self._root for m in module.modules())
+        try:
+            self._root_wrappers[module] = holds
+        except TypeError:
+            pass
+        return holds
 
     def _on_module_post(self, module: torch.nn.Module, args: tuple, kwargs: dict,
                         output: Any) -> None:
@@ -477,6 +501,8 @@ class Instrumentation:
 
     def _on_step_pre(self, optimizer: torch.optim.Optimizer, args: tuple = (),
                      kwargs: dict | None = None) -> tuple[tuple, dict] | None:
+        if self._step_phases.pop(id(optimizer), False):  # its last step raised inside the phase
+            self.end_phase("optimizer_step")
         if self._counted_optimizer is None:
             self._counted_optimizer = optimizer
         if self._optimizer is None:
@@ -488,14 +514,16 @@ class Instrumentation:
             # step(closure) (Lightning, LBFGS) runs the closure's forward and backward inside the
             # step: the optimizer_step phase opens when the first closure call returns (calls
             # after it, LBFGS's line search, are inside the update).
-            wrapped = self._around_closure(closure)
+            wrapped = self._around_closure(closure, optimizer)
             if "closure" in kwargs:
                 return args, {**kwargs, "closure": wrapped}
             return (args[0], wrapped, *args[2:]), kwargs
-        self.begin_phase("optimizer_step", explicit=False)
+        # Nested in another optimizer's step (ZeRO's local optimizer, DeepSpeed's): not opened,
+        # so the outer step is one phase and one step.
+        self._step_phases[id(optimizer)] = self.begin_phase("optimizer_step", explicit=False)
         return None
 
-    def _around_closure(self, closure: Callable[..., Any]) -> Callable[..., Any]:
+    def _around_closure(self, closure: Callable[..., Any], optimizer: Any) -> Callable[..., Any]:
         begin = self._guard(self.begin_phase)
         calls = [0]
 
@@ -506,16 +534,27 @@ class Instrumentation:
             try:
                 return closure(*args, **kwargs)
             finally:
-                begin("optimizer_step", False)
+                self._step_phases[id(optimizer)] = begin("optimizer_step", False) is True
         return run_closure
 
     def _on_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.tag_optimizer_state(optimizer)
         self.distributed.after_step(optimizer)
-        self.end_phase("optimizer_step")
+        if self._step_phases.pop(id(optimizer), False):
+            self.end_phase("optimizer_step")
         if optimizer is self._counted_optimizer:
-            self._native.step(self._step)
-            self._step += 1
+            self.mark_step()
+
+    def count_steps_at(self, owner: Any) -> None:
+        """Steps are counted by ``owner`` (a strategy's wrapper that is no torch optimizer:
+        DeepSpeed's ZeRO optimizer calls ``mark_step`` when its step ends), not by the torch
+        optimizer that steps inside it."""
+        self._counted_optimizer = owner
+
+    def mark_step(self) -> None:
+        """One training step ended."""
+        self._native.step(self._step)
+        self._step += 1
 
     def remove(self) -> None:
         """Removes every hook and patch; safe to call twice."""

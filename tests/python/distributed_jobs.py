@@ -107,6 +107,23 @@ def ddp(rank: int, world: int, out: Path, view: bool, name: str,
             "optimizer_state_bytes": tensor_bytes(state_tensors(opt))}
 
 
+def ddp_inner(rank: int, world: int, out: Path) -> dict[str, Any]:
+    """DDP with the inner module passed as the model: ``rs.track(model=ddp.module)``."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def build() -> tuple[nn.Module, torch.optim.Optimizer]:
+        net = DDP(make_net(), bucket_cap_mb=0.01)
+        return net, torch.optim.AdamW(net.parameters())
+
+    net, opt = build()
+    plain = train(net, opt, rank)
+    net, opt = build()
+    losses, path, error = tracked(out, "ddp_inner", lambda: train(net, opt, rank), net.module, opt)
+    return {"trace": path, "error": error, "losses": losses, "untracked_losses": plain,
+            "bucket_bytes": [b.buffer().numel() * b.buffer().element_size()
+                             for b in net.reducer._get_zeros_like_grad_buckets()]}
+
+
 def fsdp2(rank: int, world: int, out: Path) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -201,6 +218,7 @@ def killed(rank: int, world: int, out: Path) -> None:
 SCENARIOS: dict[str, Callable[[int, int, Path], dict[str, Any]]] = {
     "ddp": lambda r, w, o: ddp(r, w, o, view=False, name="ddp"),
     "ddp_view": lambda r, w, o: ddp(r, w, o, view=True, name="ddp_view"),
+    "ddp_inner": ddp_inner,
     # rank 2 trains on a 4x larger batch: it must peak highest in the merged report
     "ddp_skewed": lambda r, w, o: ddp(r, w, o, view=False, name="skewed", sizes={2: 64}),
     "fsdp2": fsdp2,

@@ -55,7 +55,7 @@ def run_job(out: Path, world: int, scenarios: list[str], kill: bool = False) -> 
 @pytest.fixture(scope="module")
 def world2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, Any]]:
     out = tmp_path_factory.mktemp("world2")
-    return out, run_job(out, 2, COMMON, kill=True)
+    return out, run_job(out, 2, COMMON + ["ddp_inner"], kill=True)
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +210,10 @@ def test_fsdp1_flat_parameters_and_zero_shards(job: tuple[int, dict[int, Any]]) 
         res = results[rank]["zero"]
         report = _report(res)
         assert len(report["steps"]) == distributed_jobs.STEPS  # one step, not one per optimizer
+        # the local optimizer's step inside the wrapper's is not a phase of its own
+        assert report["optimizer"]["steps"] == distributed_jobs.STEPS
+        assert all([p["phase"] for p in s["phases"]].count("optimizer_step") == 1
+                   for s in report["steps"])
         labels = {b["label"] for b in report["peak"]["by_label"] if b["category"] == "parameter"}
         assert labels == {f"parameters of rank {r}'s partition (ZeRO bucket)" for r in range(world)}
         for s in report["steps"]:
@@ -220,6 +224,26 @@ def test_fsdp1_flat_parameters_and_zero_shards(job: tuple[int, dict[int, Any]]) 
         assert _unknown_share(report) < 0.01
     partitions = [results[r]["zero"]["local_optimizer_state_bytes"] for r in range(world)]
     assert all(0 < p < sum(partitions) for p in partitions)  # sharded: every rank holds a part
+
+
+def test_ddp_inner_module_as_the_model(world2: tuple[Path, dict[int, Any]]) -> None:
+    """Scenario: DDP, with the wrapped module passed as the model (``rs.track(model=ddp.module)``),
+    so the outermost module that runs is the DDP wrapper around it. Then every step has its
+    forward (opened at the wrapper), DDP's buckets are found and counted as comm_buffer at the
+    end of every backward after the first, and unknown is under 1 % of the peak."""
+    _, results = world2
+    for rank in range(2):
+        res = results[rank]["ddp_inner"]
+        report = _report(res)
+        assert len(report["steps"]) == distributed_jobs.STEPS
+        for s in report["steps"]:
+            assert [p["phase"] for p in s["phases"]] == ["zero_grad", "forward", "backward",
+                                                         "optimizer_step"], (rank, s["step"])
+        for step in range(1, distributed_jobs.STEPS):
+            end = _phase(report, step, "backward")["end_by_category"]
+            assert end["comm_buffer"] == sum(res["bucket_bytes"]), (rank, step)
+        assert report["distributed"]["strategies"][0]["strategy"] == "ddp"
+        assert _unknown_share(report) < 0.01
 
 
 def test_losses_bitwise_identical_on_every_rank(job: tuple[int, dict[int, Any]]) -> None:
