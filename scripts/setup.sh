@@ -56,11 +56,11 @@ if ! "$py" -c "import sys, setuptools; sys.exit(int(setuptools.__version__.split
 fi
 
 # The frameworks of the integrations' tests (docs/integrations.md): Hugging Face transformers and
-# accelerate, Lightning (both of its packages), TensorBoard, pytest-xdist, and IPython (a notebook's
-# cell). Pinned versions, installed with torch held where step 3 put it (a pip constraint: pip may
+# accelerate, Lightning (both of its packages), TensorBoard, pytest-xdist, IPython (a notebook's
+# cell) and DeepSpeed (ZeRO 1-3 on its CPU accelerator, docs/distributed.md). Pinned versions, installed with torch held where step 3 put it (a pip constraint: pip may
 # never replace torch for them). The tests build their models from configs: no model hub is used.
 integrations=(transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6 pytorch-lightning==2.6.6
-              tensorboard==2.21.0 pytest-xdist==3.8.0 ipython==9.18.1)
+              tensorboard==2.21.0 pytest-xdist==3.8.0 ipython==9.18.1 deepspeed==0.19.8)
 if ! "$py" - "${integrations[@]}" <<'EOF' 2>/dev/null
 import sys
 from importlib.metadata import version
@@ -72,6 +72,21 @@ then
   "$py" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$torch_pin"
   "$py" -m pip install -q --disable-pip-version-check -c "$torch_pin" "${integrations[@]}"
   rm -f "$torch_pin"
+fi
+
+# DeepSpeed compiles its CPU ops (the shared-memory collectives of its CPU accelerator and the CPU
+# kernel of FusedAdam) the first time a process uses them: about 2.5 minutes on 2 cores, then
+# cached in torch's extensions directory. Built here once, so that no test run pays for it.
+if ! "$py" - <<'EOF' 2>/dev/null
+import os, sys
+from torch.utils.cpp_extension import _get_build_directory
+sys.exit(not all(os.path.exists(os.path.join(_get_build_directory(n, False), n + ".so"))
+                 for n in ("deepspeed_shm_comm", "fused_adam")))
+EOF
+then
+  log "building DeepSpeed's CPU ops (shared-memory collectives, FusedAdam)"
+  "$py" -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder, FusedAdamBuilder
+ShareMemCommBuilder().load(); FusedAdamBuilder().load()" >/dev/null
 fi
 
 # 4. Build and install ridgescope (editable) when its native sources changed.
