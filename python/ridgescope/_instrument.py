@@ -87,7 +87,7 @@ class Instrumentation:
         return lid
 
     def _param_name(self, p: torch.Tensor) -> str:
-        name = self._param_names.get(id(p))
+        name = self.distributed.names.get(id(p)) or self._param_names.get(id(p))
         if name is None:
             name = f"parameter {tuple(p.shape)}"
         return name
@@ -175,6 +175,15 @@ class Instrumentation:
         self._tagged[cache_key] = ptr
         self._native.tag(tensor, category, self.label(label()), False)
 
+    def watch_gradients(self) -> None:
+        """Hands the trainable parameters to the native gradient scan, less those whose .grad a
+        strategy keeps inside a buffer of its own (DeepSpeed's reduce bucket: not a gradient's
+        block, labelled by the strategy)."""
+        unwatched = self.distributed.unwatched
+        trainable = [p for p in self._params if p.requires_grad and id(p) not in unwatched]
+        self._native.watch_parameters(
+            trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
+
     def tag_gradients(self) -> None:
         """Tags the gradients whose block changed since the last scan: one pass in C++ over the
         watched parameters, run when backward ends and before each optimizer step. A gradient is
@@ -256,9 +265,7 @@ class Instrumentation:
             start, self.on_cuda_module = self.on_cuda_module, None
             start()  # before the storages are tagged: the CUDA blocks must be live first
         self.register_existing()
-        trainable = [p for p in self._params if p.requires_grad]
-        self._native.watch_parameters(
-            trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
+        self.watch_gradients()
         self._describe()
 
     def _adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
@@ -269,9 +276,7 @@ class Instrumentation:
             self._params = self._all_params()
             for p in self._params:
                 self._native.register(p, "parameter", self.label(self._param_name(p)))
-            trainable = [p for p in self._params if p.requires_grad]
-            self._native.watch_parameters(
-                trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
+            self.watch_gradients()
         self._describe()
 
     def _describe(self) -> None:
@@ -469,9 +474,7 @@ class Instrumentation:
                               opt_mod.register_optimizer_step_post_hook(step_post_hook)]
         self._handles.extend(self.hook_handles[-2:])
 
-        trainable = [p for p in self._params if p.requires_grad]
-        self._native.watch_parameters(
-            trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
+        self.watch_gradients()
 
         if self._activations:
             # The native session's hooks are plain C functions (called per saved tensor); a stand-in

@@ -47,7 +47,27 @@ def _strategy_line(s: dict[str, Any], fmt: Any) -> str:
         return (f"ZeroRedundancyOptimizer ({s.get('optimizer')}): optimizer state for "
                 f"{s.get('local_parameters', 0)} of {s.get('parameters', 0)} parameter tensors "
                 f"on this rank ({fmt(s.get('local_parameter_bytes', 0))} of parameters)")
+    if kind == "deepspeed":
+        return _deepspeed_line(s, fmt)
     return f"{kind}"
+
+
+_ZERO_SHARDS = {0: "nothing", 1: "optimizer state", 2: "optimizer state and gradients",
+                3: "optimizer state, gradients and parameters"}
+
+
+def _deepspeed_line(s: dict[str, Any], fmt: Any) -> str:
+    stage = s.get("zero_stage")
+    line = (f"DeepSpeed ZeRO-{stage} ({s.get('optimizer')}): {s.get('parameters', 0):,} parameters "
+            f"in {s.get('parameter_tensors', 0)} tensors; partitions {_ZERO_SHARDS.get(stage, '?')}")
+    parts = [f"{p['what']} {fmt(p['bytes'])} ({p['category']})" for p in s.get("partitions", [])]
+    if parts:
+        line += "; this rank: " + ", ".join(parts)
+    for b in s.get("buffers", []):
+        key = b.get("config_key")
+        elements = f" ({b['elements']:,} elements)" if b.get("elements") is not None else ""
+        line += f"; {key}{elements} holds {fmt(b['bytes'])} ({b['category']})"
+    return line
 
 
 def text_lines(data: dict[str, Any]) -> list[str]:
