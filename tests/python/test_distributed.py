@@ -24,6 +24,7 @@ from ridgescope import _C
 from ridgescope.cli import main as cli_main
 from ridgescope.distributed import merge_traces
 
+import boundary_replay
 import distributed_jobs
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
@@ -55,13 +56,13 @@ def run_job(out: Path, world: int, scenarios: list[str], kill: bool = False) -> 
 @pytest.fixture(scope="module")
 def world2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, Any]]:
     out = tmp_path_factory.mktemp("world2")
-    return out, run_job(out, 2, COMMON + ["ddp_inner"], kill=True)
+    return out, run_job(out, 2, COMMON + ["ddp_inner", "fsdp2_mp", "fsdp2_offload"], kill=True)
 
 
 @pytest.fixture(scope="module")
 def world4(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, Any]]:
     out = tmp_path_factory.mktemp("world4")
-    return out, run_job(out, 4, ["ddp_skewed"] + COMMON)
+    return out, run_job(out, 4, ["ddp_skewed"] + COMMON + ["hsdp"])
 
 
 @pytest.fixture(params=[2, 4], ids=["world2", "world4"])
@@ -188,6 +189,47 @@ def test_fsdp2_unsharded_parameters_are_the_all_gather(job: tuple[int, dict[int,
                 assert sum(gathered.values()) == 0, rank
                 at_forward_end += 1
         assert inside == distributed_jobs.STEPS and at_forward_end == distributed_jobs.STEPS
+
+
+@pytest.mark.parametrize("variant,world", [("fsdp2_mp", 2), ("fsdp2_offload", 2), ("hsdp", 4)])
+def test_fsdp2_variants_match_fsdp2_at_every_boundary(variant: str, world: int,
+                                                       request: pytest.FixtureRequest) -> None:
+    """Scenario: FSDP2 with MixedPrecisionPolicy(param_dtype=bfloat16), with
+    CPUOffloadPolicy (it runs on the CPU: the offload is to the device the shards are on), and
+    HSDP on a 2 x 2 mesh of 4 ranks (replicate x shard). Given each rank's trace, when it is
+    replayed to the end of every forward, backward and optimizer step, to a marker inside
+    layers.3's forward and to one inside every post-backward, then the blocks of each category
+    are exactly FSDP2's own tensors there, address and bytes: the fp32 local shards
+    (parameter), the unsharded all-gather outputs (bf16 under mixed precision), the pending
+    all-gather output and the reduce-scatter and all-reduce buffers (comm_buffer), the sharded
+    gradients (gradient) and the optimizer's state; unknown is under 1 % of the peak."""
+    _, results = request.getfixturevalue(f"world{world}")
+    for rank in range(world):
+        res = results[rank][variant]
+        assert res["error"] is None, res["error"]
+        boundary_replay.compare(res["trace"], res["records"],
+                                ("forward", "backward", "optimizer_step"),
+                                ("inside layers.3", "reduced"))
+        report = _report(res)
+        assert report["distributed"]["strategies"][0]["local_shard_bytes"] == res["local_shard_bytes"]
+        assert _unknown_share(report) < 0.01
+        inside = [r for r in res["records"] if r["where"] == "inside layers.3"]
+        n = distributed_jobs.WIDTH * distributed_jobs.WIDTH + distributed_jobs.WIDTH
+        size = 2 if variant == "fsdp2_mp" else 4  # layers.3 gathered whole, in bf16 under mp
+        assert all(sum(b for _, b in r["comm_buffer"]) >= n * size for r in inside)
+        fsdp = report["distributed"]["strategies"][0]
+        labels = {e["string"] for e in _C.read_events(res["trace"], 10_000_000)
+                  if e["kind"] == "tag" and e["category"] == "comm_buffer"}
+        if variant == "fsdp2_mp":
+            assert fsdp["mixed_precision"]["param_dtype"] == "bfloat16"
+            assert {"all-gather of layers.3 (bfloat16)",
+                    "reduce-scatter of layers.3 (bfloat16)"} <= labels
+        else:
+            assert {"all-gather of layers.3", "reduce-scatter of layers.3"} <= labels
+        assert fsdp["cpu_offload"] is (variant == "fsdp2_offload")
+        assert fsdp["mesh"] == {"shape": [2, 2] if variant == "hsdp" else [world],
+                                "dim_names": ["replicate", "shard"] if variant == "hsdp" else [],
+                                "hsdp": variant == "hsdp"}
 
 
 def test_fsdp1_flat_parameters_and_zero_shards(job: tuple[int, dict[int, Any]]) -> None:

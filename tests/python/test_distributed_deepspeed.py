@@ -5,8 +5,8 @@ user's way in, ``torchrun -m ridgescope.cli run`` on an unmodified ZeRO-2 script
 
 The truth is what DeepSpeed holds: the job reads its partitions, master weights, gradient
 partitions, reduce buckets and gathered parameters at every phase boundary; the tests replay the
-trace to the same instants and compare the blocks tagged with each category, address and
-bytes."""
+trace to the same instants (tests/python/boundary_replay.py) and compare the blocks of each
+category, address and bytes."""
 from __future__ import annotations
 
 import importlib.util
@@ -22,15 +22,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import ridgescope as rs
-from ridgescope import _C
-
+import boundary_replay
 import deepspeed_jobs
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("deepspeed") is None or not dist.is_available()
     or not dist.is_gloo_available(), reason="DeepSpeed (scripts/setup.sh) or gloo is missing")
-
-CATEGORIES = ("parameter", "optimizer_state", "gradient", "comm_buffer")
 
 
 def _free_port() -> int:
@@ -49,44 +46,6 @@ def zero(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
     return {r: json.loads((out / f"results.rank{r}.json").read_text()) for r in range(2)}
 
 
-def tagged_at_boundaries(trace: str) -> list[dict[str, Any]]:
-    """Replays the trace as the analysis does: at each phase boundary the job records at (the
-    end of forward, backward and optimizer_step, the beginning of the "bucket check" marker),
-    the live blocks of each category, as (address, bytes), and the blocks freed before the next
-    boundary. A block's category at an instant is its latest strong tag before it or, when none
-    came yet, its first strong tag (a tag holds from the block's allocation on:
-    docs/categories.md)."""
-    blocks: list[dict[str, Any]] = []       # each block: addr, bytes, tags [(seq, category)]
-    live: dict[int, dict[str, Any]] = {}
-    boundaries: list[tuple[str, int, list[dict[str, Any]]]] = []
-    for e in _C.read_events(trace, 10_000_000):
-        kind = e["kind"]
-        if kind == "alloc":
-            live[e["addr"]] = {"addr": e["addr"], "bytes": e["bytes"], "tags": [], "freed": None}
-            blocks.append(live[e["addr"]])
-        elif kind == "free" and e["addr"] in live:
-            live.pop(e["addr"])["freed"] = e["seq"]
-        elif kind == "tag" and not e["weak"] and e["addr"] in live:
-            live[e["addr"]]["tags"].append((e["seq"], e["category"]))
-        elif (kind == "phase_end" and e["string"] in ("forward", "backward", "optimizer_step")
-              or kind == "phase_begin" and e["string"] == "bucket check"):
-            boundaries.append((e["string"], e["seq"], list(live.values())))
-    out = []
-    for i, (where, seq, alive) in enumerate(boundaries):
-        following = boundaries[i + 1][1] if i + 1 < len(boundaries) else None
-        by: dict[str, set[tuple[int, int]]] = {c: set() for c in CATEGORIES}
-        transient: set[tuple[int, int]] = set()
-        for b in alive:
-            before = [c for s, c in b["tags"] if s < seq]
-            category = before[-1] if before else (b["tags"][0][1] if b["tags"] else None)
-            if category in by:
-                by[category].add((b["addr"], b["bytes"]))
-            if b["freed"] is not None and (following is None or b["freed"] < following):
-                transient.add((b["addr"], b["bytes"]))
-        out.append({"where": where, "blocks": by, "transient": transient})
-    return out
-
-
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_partitions_and_buffers_match_deepspeed_at_every_boundary(zero: dict[int, Any],
                                                                    stage: int) -> None:
@@ -102,21 +61,9 @@ def test_partitions_and_buffers_match_deepspeed_at_every_boundary(zero: dict[int
     for rank in range(2):
         res = zero[rank][str(stage)]
         assert res["error"] is None, res["error"]
-        boundaries = tagged_at_boundaries(res["trace"])
         records = res["records"]
-        assert [b["where"] for b in boundaries] == [r["where"] for r in records], (rank, stage)
-        for boundary, record in zip(boundaries, records):
-            at = (rank, stage, record["step"], record["where"])
-            for cat in CATEGORIES:
-                truth, tagged = {tuple(b) for b in record[cat]}, boundary["blocks"][cat]
-                if cat != "comm_buffer":
-                    assert tagged == truth, (*at, cat)
-                    continue
-                # A buffer handed to a gloo collective is freed when gloo's worker thread drops
-                # its work, a moment after DeepSpeed let go of it: it may still be live here,
-                # and is then gone before the next boundary.
-                assert truth <= tagged, (*at, cat)
-                assert tagged - truth <= boundary["transient"], (*at, cat)
+        boundary_replay.compare(res["trace"], records, ("forward", "backward", "optimizer_step"),
+                                ("bucket check",))
         checks = [r for r in records if r["where"] == "bucket check"]
         if stage < 3:
             assert len(checks) == deepspeed_jobs.STEPS

@@ -36,9 +36,19 @@ def _strategy_line(s: dict[str, Any], fmt: Any) -> str:
                 f"as {s.get('buckets_category')}: {s.get('note', '')}")
         return line + (f" ({s['error']})" if s.get("error") else "")
     if kind == "fsdp2":
-        return (f"FSDP2 (fully_shard): {s.get('parameter_count', 0)} parameter shard(s) on this "
+        line = (f"FSDP2 (fully_shard): {s.get('parameter_count', 0)} parameter shard(s) on this "
                 f"rank, {fmt(s.get('local_shard_bytes', 0))}; unsharded parameters count as "
                 "comm_buffer ('all-gather of ...') while they live")
+        mp = s.get("mixed_precision") or {}
+        if mp.get("param_dtype"):
+            line += (f"; mixed precision: gathered in {mp['param_dtype']}, reduced in "
+                     f"{mp.get('reduce_dtype') or mp['param_dtype']}")
+        mesh = s.get("mesh") or {}
+        if mesh.get("hsdp"):
+            line += f"; HSDP on a {' x '.join(str(n) for n in mesh.get('shape', []))} mesh"
+        if s.get("cpu_offload"):
+            line += "; CPU offload"
+        return line
     if kind == "fsdp1":
         return (f"FSDP1: {s.get('flat_parameter_count', 0)} flat parameter shard(s), "
                 f"{fmt(s.get('local_shard_bytes', 0))}; unsharded flat parameters count as "
