@@ -25,7 +25,7 @@ import ridgescope as rs
 import boundary_replay
 import deepspeed_jobs
 
-pytestmark = pytest.mark.skipif(
+needs_deepspeed = pytest.mark.skipif(
     importlib.util.find_spec("deepspeed") is None or not dist.is_available()
     or not dist.is_gloo_available(), reason="DeepSpeed (scripts/setup.sh) or gloo is missing")
 
@@ -46,6 +46,7 @@ def zero(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
     return {r: json.loads((out / f"results.rank{r}.json").read_text()) for r in range(2)}
 
 
+@needs_deepspeed
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_partitions_and_buffers_match_deepspeed_at_every_boundary(zero: dict[int, Any],
                                                                    stage: int) -> None:
@@ -71,6 +72,7 @@ def test_partitions_and_buffers_match_deepspeed_at_every_boundary(zero: dict[int
                        for c in checks)
 
 
+@needs_deepspeed
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_report_names_the_stage_the_buffers_and_the_full_model(zero: dict[int, Any],
                                                                stage: int) -> None:
@@ -104,6 +106,7 @@ def test_report_names_the_stage_the_buffers_and_the_full_model(zero: dict[int, A
         assert peak["by_category"]["unknown"] < 0.005 * peak["bytes"], (rank, stage)
 
 
+@needs_deepspeed
 def test_losses_bitwise_identical_on_every_rank(zero: dict[int, Any]) -> None:
     """Scenario: every stage, untracked and tracked, same seeds. Then every rank's loss
     sequence is bitwise identical with and without tracking."""
@@ -129,6 +132,7 @@ for step in range(2):
 """
 
 
+@needs_deepspeed
 def test_torchrun_ridgescope_run_zero2(tmp_path: Path) -> None:
     """Scenario: the user's way in, `torchrun --nproc-per-node 2 -m ridgescope.cli run
     train.py` on an unmodified ZeRO-2 script with DeepSpeed's defaults (a 3-layer MLP of
@@ -158,3 +162,40 @@ def test_torchrun_ridgescope_run_zero2(tmp_path: Path) -> None:
         assert [(b["bytes"], b["category"]) for b in masters] == [(399_372 // 2 * 4, "optimizer_state")]
         assert peak["by_category"]["unknown"] < 0.005 * peak["bytes"]
         assert "reduce_bucket_size (500,000,000 elements) holds" in rs.load(trace).summary()
+
+
+def test_unrecognised_engine_is_described_and_tracking_goes_on(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Scenario: a DeepSpeed engine whose structures are not what ridgescope expects (another
+    release; here a stand-in class without them). When it is tracked and trains, then training
+    and tracking go on (no error, every step counted), and the distributed section says the
+    engine was found but not recognised, with the error."""
+    import types
+
+    import torch
+
+    class DeepSpeedEngine(torch.nn.Module):  # no optimizer, no zero_optimization_stage()
+        def __init__(self) -> None:
+            super().__init__()
+            self.module = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.module(x)
+
+    fake = types.ModuleType("deepspeed.runtime.engine")
+    fake.DeepSpeedEngine = DeepSpeedEngine  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "deepspeed.runtime.engine", fake)
+    engine = DeepSpeedEngine()
+    opt = torch.optim.SGD(engine.parameters(), lr=0.1)
+    with rs.track(model=engine, optimizer=opt, out=tmp_path / "fake.rstrace") as session:
+        for _ in range(2):
+            engine(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    assert session.error is None
+    report = session.report()
+    data = report.to_dict()
+    assert len([s for s in data["steps"] if s["complete"]]) == 2
+    [failure] = data["distributed"]["strategies"]
+    assert failure["strategy"] == "deepspeed" and "AttributeError" in failure["error"]
+    assert "deepspeed: found, but its structures were not recognised" in report.summary()

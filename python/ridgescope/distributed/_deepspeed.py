@@ -89,10 +89,6 @@ class DeepSpeedTracker:
         self.active = False
         self._forwards = 0
         self.config = self._config()
-        tracking.owned.update(self._param_ids)  # labelled here, by group or partition
-        if self.stage >= 2:  # .grad is a view into the reduce bucket: not a gradient's own block
-            tracking.unwatched.update(self._param_ids)
-        self._name_partitions()
 
     # -------------------------------------------------------------------- description
     def _config(self) -> dict[str, Any]:
@@ -284,6 +280,10 @@ class DeepSpeedTracker:
         self._restore.append(lambda: setattr(cls, name, original))
 
     def start(self) -> None:
+        self._tracking.owned.update(self._param_ids)  # labelled here, by group or partition
+        if self.stage >= 2:  # .grad is a view into the reduce bucket: not a gradient's own block
+            self._tracking.unwatched.update(self._param_ids)
+        self._name_partitions()
         instr = self._tracking.instr
         guard = instr._guard
         tracker = self
@@ -413,6 +413,8 @@ class DeepSpeedTracker:
             restore()
         self._restore.clear()
         self._tagged.release()
+        self._tracking.owned.difference_update(self._param_ids)
+        self._tracking.unwatched.difference_update(self._param_ids)
 
     # -------------------------------------------------------------------- events
     def after_forward(self, module: Any) -> None:

@@ -30,6 +30,8 @@ def add_distributed_section(data: dict[str, Any]) -> dict[str, Any]:
 
 def _strategy_line(s: dict[str, Any], fmt: Any) -> str:
     kind = s.get("strategy")
+    if kind != "ddp" and s.get("error"):
+        return f"{kind}: found, but its structures were not recognised ({s['error']})"
     if kind == "ddp":
         n = len(s.get("buckets", []))
         line = (f"DDP: {n} gradient bucket(s), {fmt(s.get('bucket_bytes', 0))}, "

@@ -78,6 +78,7 @@ class DistributedTracking:
         self.owned: set[int] = set()          # id(tensor) of parameters a tracker labels
         self.unwatched: set[int] = set()      # id(parameter) whose .grad a strategy keeps itself
         self.names: dict[int, str] = {}       # id(tensor) -> a tracker's name for it
+        self.failures: list[dict[str, str]] = []  # strategies found but not understood
         self._published: str | None = None
         self._pg_initialized = False
 
@@ -91,8 +92,7 @@ class DistributedTracking:
         found = False
         for m in model.modules():
             if _deepspeed.is_deepspeed(m):
-                self._add(_deepspeed.DeepSpeedTracker(self, m))
-                found = True
+                found = self._make(_deepspeed.DeepSpeedTracker, m)
             elif _ddp.is_ddp(m):
                 self._add(_ddp.DdpTracker(self, m))
                 found = True
@@ -127,6 +127,22 @@ class DistributedTracking:
         if start is not None:
             start()
         tracker.scan()
+
+    def _make(self, make: Any, *args: Any) -> bool:
+        """Adds the tracker ``make(self, *args)``. A strategy whose structures are not what the
+        tracker expects (another release) is described with the error; tracking goes on."""
+        tracker = None
+        try:
+            tracker = make(self, *args)
+            self._add(tracker)
+        except Exception as exc:
+            if tracker is not None:
+                if tracker in self.trackers:
+                    self.trackers.remove(tracker)
+                tracker.remove()
+            self.failures.append({"strategy": getattr(make, "kind", make.__name__),
+                                  "error": f"{type(exc).__name__}: {exc}"})
+        return True
 
     # ----------------------------------------------------------------------- tensors
     def local(self, t: Any) -> Any:
@@ -174,7 +190,7 @@ class DistributedTracking:
     def describe(self) -> dict[str, Any]:
         d = process_info()
         self._pg_initialized = bool(d["process_group_initialized"])
-        d["strategies"] = [t.describe() for t in self.trackers]
+        d["strategies"] = [t.describe() for t in self.trackers] + self.failures
         return d
 
     def publish(self) -> None:
