@@ -74,21 +74,6 @@ then
   rm -f "$torch_pin"
 fi
 
-# DeepSpeed compiles its CPU ops (the shared-memory collectives of its CPU accelerator and the CPU
-# kernel of FusedAdam) the first time a process uses them: about 2.5 minutes on 2 cores, then
-# cached in torch's extensions directory. Built here once, so that no test run pays for it.
-if ! "$py" - <<'EOF' 2>/dev/null
-import os, sys
-from torch.utils.cpp_extension import _get_build_directory
-sys.exit(not all(os.path.exists(os.path.join(_get_build_directory(n, False), n + ".so"))
-                 for n in ("deepspeed_shm_comm", "fused_adam")))
-EOF
-then
-  log "building DeepSpeed's CPU ops (shared-memory collectives, FusedAdam)"
-  "$py" -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder, FusedAdamBuilder
-ShareMemCommBuilder().load(); FusedAdamBuilder().load()" >/dev/null
-fi
-
 # 4. Build and install ridgescope (editable) when its native sources changed.
 stamp_file=build/.stamp-python
 mkdir -p build

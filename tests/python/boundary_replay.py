@@ -4,8 +4,9 @@
 A block's category at an instant is the analysis's: its latest strong tag before the instant
 or, when none came yet, its first strong tag (a tag holds from the block's allocation on:
 docs/categories.md). The comparison allows one thing: a buffer handed to a gloo collective is
-freed when gloo's worker thread drops its work, a moment after the strategy let go of it, so it
-may still be live at the instant; it must then be freed before the next one."""
+freed when gloo's worker thread releases the collective's work, which can be a phase or two
+after the strategy let go of it, so a comm_buffer the strategy no longer holds may still be live
+at the instant; it must be freed later in the trace (nothing leaks)."""
 from __future__ import annotations
 
 from typing import Any
@@ -17,7 +18,7 @@ CATEGORIES = ("parameter", "optimizer_state", "gradient", "comm_buffer")
 
 def boundaries(trace: str, ends: tuple[str, ...], begins: tuple[str, ...]) -> list[dict[str, Any]]:
     """At each end of a phase in ``ends`` and beginning of one in ``begins``, in order: the live
-    blocks of each category as (address, bytes) and the blocks freed before the next one."""
+    blocks of each category as (address, bytes) and those of them freed later in the trace."""
     live: dict[int, dict[str, Any]] = {}
     found: list[tuple[str, int, list[dict[str, Any]]]] = []
     for e in _C.read_events(trace, 10_000_000):
@@ -32,8 +33,7 @@ def boundaries(trace: str, ends: tuple[str, ...], begins: tuple[str, ...]) -> li
               or kind == "phase_begin" and e["string"] in begins):
             found.append((e["string"], e["seq"], list(live.values())))
     out = []
-    for i, (where, seq, alive) in enumerate(found):
-        following = found[i + 1][1] if i + 1 < len(found) else None
+    for where, seq, alive in found:
         by: dict[str, set[tuple[int, int]]] = {c: set() for c in CATEGORIES}
         transient: set[tuple[int, int]] = set()
         for b in alive:
@@ -41,7 +41,7 @@ def boundaries(trace: str, ends: tuple[str, ...], begins: tuple[str, ...]) -> li
             category = before[-1] if before else (b["tags"][0][1] if b["tags"] else None)
             if category in by:
                 by[category].add((b["addr"], b["bytes"]))
-            if b["freed"] is not None and (following is None or b["freed"] < following):
+            if b["freed"] is not None:
                 transient.add((b["addr"], b["bytes"]))
         out.append({"where": where, "blocks": by, "transient": transient})
     return out

@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import torch
 
-from ._tracking import StorageMemo
+from ._tracking import StorageMemo, local_numel
 
 def _class(module: str, name: str) -> Any:
     # Never imported here: deepspeed's import is slow and has side effects. An engine that
@@ -82,6 +82,12 @@ class DeepSpeedTracker:
         self.stage = int(engine.zero_optimization_stage())
         self._params = list(engine.module.parameters())
         self._param_ids = {id(p) for p in self._params}
+        self._full = sum(local_numel(p) for p in self._params)  # ds_numel under ZeRO-3
+        self._persistent = [p for p in self._params if getattr(p, "ds_persist", False)]
+        try:
+            self.rank = int(engine.global_rank)
+        except (AttributeError, TypeError, ValueError):
+            self.rank = 0
         self._tagged = StorageMemo()               # what -> the storage last tagged
         self._restore: list[Callable[[], None]] = []
         self._buffers: dict[str, dict[str, Any]] = {}   # what -> its description
@@ -121,31 +127,23 @@ class DeepSpeedTracker:
         attr = "fp32_partitioned_groups_flat" if self.stage == 3 else "single_partition_of_fp32_groups"
         for i, t in enumerate(getattr(self.zero, attr, None) or []):
             if isinstance(t, torch.Tensor):
-                names[id(t)] = f"rank {self._rank()}'s fp32 partition of group {i}"
-
-    def _rank(self) -> int:
-        try:
-            return int(self.engine.global_rank)
-        except Exception:
-            return 0
-
-    def _numel(self, p: Any) -> int:
-        n = getattr(p, "ds_numel", None)
-        return int(n) if n is not None else p.numel()
+                names[id(t)] = f"rank {self.rank}'s fp32 partition of group {i}"
 
     # -------------------------------------------------------------------- tagging
-    def _tag(self, what: str, tensor: Any, category: str, text: str,
+    def _tag(self, what: str, tensor: Any, category: str, text: str | Callable[[], str],
              register: bool = False) -> bool:
-        """Tags the block behind ``tensor`` unless it was tagged as ``what`` at this address.
-        ``register`` adopts a block made before the session (a persistent structure)."""
+        """Tags the block behind ``tensor`` unless its storage was tagged as ``what`` already
+        (``text``, or a function making it, is only used when a tag is written). ``register``
+        adopts a block made before the session (a persistent structure)."""
         storage = _storage(tensor)
         if storage is None or not self._tagged.changed(what, storage):
             return False
         instr = self._tracking.instr
+        label = instr.label(text() if callable(text) else text)
         if register:
-            instr._native.register(tensor, category, instr.label(text))
+            instr._native.register(tensor, category, label)
         else:
-            instr._native.tag(tensor, category, instr.label(text), False)
+            instr._native.tag(tensor, category, label, False)
         return True
 
     def _describe_block(self, table: dict[str, dict[str, Any]], what: str, tensor: Any,
@@ -176,29 +174,40 @@ class DeepSpeedTracker:
         elif self.stage in (1, 2):
             self._scan_stage12()
 
-    def _scan_stage12(self) -> None:
-        z, rank = self.zero, self._rank()
-        groups = self._group_params()
-        names = self._tracking.instr._param_name
-        for i, flat in enumerate(getattr(z, "bit16_groups_flat", None) or []):
-            params = [names(p) for p in groups[i]] if i < len(groups) else []
-            what = f"parameters of group {i}"
-            self._tag(what, flat, "parameter",
-                      f"parameters of group {i}, flat: {_short(params)} ({_elements(flat.numel())}, "
-                      f"whole on every rank in ZeRO-{self.stage})", register=True)
-            self._describe_block(self._partitions, what, flat, "parameter",
-                                 elements=int(flat.numel()), parameters=len(params))
-        for i, fp32 in enumerate(getattr(z, "single_partition_of_fp32_groups", None) or []):
+    def _master_weights(self, partitions: list[Any]) -> None:
+        """The fp32 master partitions the torch optimizer steps, and the fp32 gradients the
+        step hands it (set for the step only)."""
+        for i, fp32 in enumerate(partitions):
             what = f"fp32 master weights of group {i}"
-            self._tag(what, fp32, "optimizer_state",
-                      f"fp32 master weights: rank {rank}'s partition of group {i} "
-                      f"({_elements(fp32.numel())})", register=True)
+            self._tag(what, fp32, "optimizer_state", lambda: (
+                f"fp32 master weights: rank {self.rank}'s partition of group {i} "
+                f"({_elements(fp32.numel())})"), register=True)
             self._describe_block(self._partitions, what, fp32, "optimizer_state",
                                  elements=int(fp32.numel()))
             grad = getattr(fp32, "grad", None)
             if grad is not None:
                 self._tag(f"fp32 gradients of group {i}", grad, "gradient",
-                          f"gradients of rank {rank}'s partition of group {i} (fp32, for the step)")
+                          f"gradients of rank {self.rank}'s partition of group {i} (fp32, for "
+                          "the step)")
+
+    def _buckets(self, buffers: Callable[[Any], list[Any]]) -> None:
+        for dtype, bucket in (getattr(self.zero, "ipg_buckets", None) or {}).items():
+            self._bucket(f"reduce bucket {str(dtype).removeprefix('torch.')}", buffers(bucket))
+
+    def _scan_stage12(self) -> None:
+        z, rank = self.zero, self.rank
+        groups = self._group_params()
+        for i, flat in enumerate(getattr(z, "bit16_groups_flat", None) or []):
+            params = groups[i] if i < len(groups) else []
+            what = f"parameters of group {i}"
+            self._tag(what, flat, "parameter", lambda: (
+                f"parameters of group {i}, flat: "
+                f"{_short([self._tracking.instr._param_name(p) for p in params])} "
+                f"({_elements(flat.numel())}, whole on every rank in ZeRO-{self.stage})"),
+                register=True)
+            self._describe_block(self._partitions, what, flat, "parameter",
+                                 elements=int(flat.numel()), parameters=len(params))
+        self._master_weights(getattr(z, "single_partition_of_fp32_groups", None) or [])
         # this rank's gradients after backward: grads_in_partition (dropped when the reduction
         # ends) and averaged_gradients, views into it
         grads = getattr(z, "grads_in_partition", None)
@@ -209,48 +218,30 @@ class DeepSpeedTracker:
             for j, view in enumerate(views if isinstance(views, list) else [views]):
                 self._tag(f"averaged gradients {i}.{j}", view, "gradient",
                           f"gradients of rank {rank}'s partition of group {i}")
-        for dtype, bucket in (getattr(z, "ipg_buckets", None) or {}).items():
-            self._bucket(f"reduce bucket {str(dtype).removeprefix('torch.')}",
-                         list(getattr(bucket, "buffer", None) or []))
+        self._buckets(lambda bucket: list(getattr(bucket, "buffer", None) or []))
 
     def _scan_stage3(self) -> None:
-        z, rank = self.zero, self._rank()
-        names = self._tracking.instr._param_name
-        params = [p for g in self._group_params() for p in g]
+        z, rank, n = self.zero, self.rank, len(self._params)
         lp = getattr(z, "lp_param_buffer", None)
         if isinstance(lp, torch.Tensor):
-            full = sum(self._numel(p) for p in params)
-            self._tag("parameter partition", lp, "parameter",
-                      f"rank {rank}'s partition of {len(params)} parameters ({_elements(lp.numel())} "
-                      f"of {full:,})", register=True)
+            self._tag("parameter partition", lp, "parameter", lambda: (
+                f"rank {rank}'s partition of {n} parameters ({_elements(lp.numel())} of "
+                f"{self._full:,})"), register=True)
             self._describe_block(self._partitions, "parameter partition", lp, "parameter",
-                                 elements=int(lp.numel()), parameters=len(params))
-        for p in self._params:
-            if getattr(p, "ds_persist", False):
-                self._tag(f"persistent {id(p)}", p.data, "parameter",
-                          f"{names(p)} (whole on every rank: under "
-                          "stage3_param_persistence_threshold)", register=True)
-        for i, fp32 in enumerate(getattr(z, "fp32_partitioned_groups_flat", None) or []):
-            what = f"fp32 master weights of group {i}"
-            self._tag(what, fp32, "optimizer_state",
-                      f"fp32 master weights: rank {rank}'s partition of group {i} "
-                      f"({_elements(fp32.numel())})", register=True)
-            self._describe_block(self._partitions, what, fp32, "optimizer_state",
-                                 elements=int(fp32.numel()))
-            grad = getattr(fp32, "grad", None)
-            if grad is not None:
-                self._tag(f"fp32 gradients of group {i}", grad, "gradient",
-                          f"gradients of rank {rank}'s partition of group {i} (fp32, for the step)")
+                                 elements=int(lp.numel()), parameters=n)
+        for p in self._persistent:
+            self._tag(f"persistent {id(p)}", p.data, "parameter", lambda: (
+                f"{self._tracking.instr._param_name(p)} (whole on every rank: under "
+                "stage3_param_persistence_threshold)"), register=True)
+        self._master_weights(getattr(z, "fp32_partitioned_groups_flat", None) or [])
         grads = getattr(z, "grad_partitions_flat_buffer", None)
         if isinstance(grads, torch.Tensor):
-            self._tag("gradient partition", grads, "gradient",
-                      f"gradients of rank {rank}'s partition of {len(params)} parameters "
-                      f"({_elements(grads.numel())})", register=True)
+            self._tag("gradient partition", grads, "gradient", lambda: (
+                f"gradients of rank {rank}'s partition of {n} parameters "
+                f"({_elements(grads.numel())})"), register=True)
             self._describe_block(self._partitions, "gradient partition", grads, "gradient",
                                  elements=int(grads.numel()))
-        for dtype, bucket in (getattr(z, "ipg_buckets", None) or {}).items():
-            self._bucket(f"reduce bucket {str(dtype).removeprefix('torch.')}",
-                         [getattr(bucket, "buffer", None)])
+        self._buckets(lambda bucket: [getattr(bucket, "buffer", None)])
 
     # -------------------------------------------------------------------- all-gathers (ZeRO-3)
     def _gathered(self, params: list[Any], flat: Any = None) -> None:
@@ -433,16 +424,15 @@ class DeepSpeedTracker:
 
     def describe(self) -> dict[str, Any]:
         params = self._params
-        full = sum(self._numel(p) for p in params)
         d: dict[str, Any] = {
             "strategy": "deepspeed", "zero_stage": self.stage,
             "optimizer": type(getattr(self.zero, "optimizer", None)).__name__,
             "zero_optimizer": type(self.zero).__name__,
-            "parameters": full, "parameter_tensors": len(params),
+            "parameters": self._full, "parameter_tensors": len(params),
             "config": self.config,
             "partitions": sorted(self._partitions.values(), key=lambda e: e["what"]),
             "buffers": sorted(self._buffers.values(), key=lambda e: e["what"]),
         }
         if self.stage == 3:
-            d["persistent_parameters"] = sum(1 for p in params if getattr(p, "ds_persist", False))
+            d["persistent_parameters"] = len(self._persistent)
         return d
