@@ -271,8 +271,10 @@ class DeepSpeedTracker:
         self._restore.append(lambda: setattr(cls, name, original))
 
     def start(self) -> None:
-        self._tracking.owned.update(self._param_ids)  # labelled here, by group or partition
-        if self.stage >= 2:  # .grad is a view into the reduce bucket: not a gradient's own block
+        if self.zero is not None:  # labelled here, by group or partition (none: no ZeRO optimizer)
+            self._tracking.owned.update(self._param_ids)
+        if self.zero is not None and self.stage >= 2:
+            # .grad is a view into the reduce bucket: not a gradient's own block
             self._tracking.unwatched.update(self._param_ids)
         self._name_partitions()
         instr = self._tracking.instr
@@ -281,7 +283,7 @@ class DeepSpeedTracker:
         engine_cls = _class("deepspeed.runtime.engine", "DeepSpeedEngine")
         begin, end = guard(instr.begin_phase), guard(instr.end_phase)
         tag_loss, tag_gradients = guard(instr._tag_loss), guard(instr.tag_gradients)
-        after_step = guard(self._after_model_step)
+        scan, mark_step = guard(self.scan), guard(instr.mark_step)
 
         def backward(original: Any) -> Any:
             def wrapper(engine: Any, loss: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -311,12 +313,13 @@ class DeepSpeedTracker:
                     return original(engine, *args, **kwargs)
                 opened = begin("optimizer_step", False)
                 try:
-                    return original(engine, *args, **kwargs)
+                    result = original(engine, *args, **kwargs)
                 finally:
-                    after_step()
+                    scan()
                     if opened:
                         end("optimizer_step")
-                    instr.mark_step()
+                mark_step()  # a step that raised is not counted, as a torch optimizer's is not
+                return result
             return wrapper
 
         self._wrap(engine_cls, "backward", backward)
@@ -353,7 +356,7 @@ class DeepSpeedTracker:
     def _wrap_collective(self, text: str) -> Callable[[Any], Any]:
         """A reduction that flattens a bucket's gradients into a buffer of its own and returns it
         (or views into it): that buffer is a comm_buffer while it lives (it may outlive backward
-        until Python's collector frees it)."""
+        while gloo's worker thread still holds the collective's work)."""
         tracker = self
 
         def make(original: Any) -> Any:
@@ -418,9 +421,6 @@ class DeepSpeedTracker:
 
     def after_step(self, optimizer: Any) -> None:
         self.scan()  # the fp32 partition's gradient, set for the torch optimizer's step
-
-    def _after_model_step(self) -> None:
-        self.scan()
 
     def describe(self) -> dict[str, Any]:
         params = self._params
