@@ -155,12 +155,12 @@ def run_stage(rank: int, out: Path, stage: int) -> dict[str, Any]:
     with rs.track(model=engine, out=path) as session:
         losses = train(engine, rank, truth)
     z = engine.optimizer
+    fp32 = z.fp32_partitioned_groups_flat if stage == 3 else z.single_partition_of_fp32_groups
     return {"trace": str(session.path), "error": session.error, "losses": losses,
             "untracked_losses": plain, "records": truth.records,
             "parameters": sum(int(getattr(p, "ds_numel", p.numel())) for p in truth.params),
             "reduce_bucket_bytes": BUCKET * 4,
-            "fp32_partition_bytes": sum(t.numel() * t.element_size() for t in (
-                z.fp32_partitioned_groups_flat if stage == 3 else z.single_partition_of_fp32_groups))}
+            "fp32_partition_bytes": sum(t.numel() * t.element_size() for t in fp32)}
 
 
 def job(rank: int, world: int, port: int, out: str, stages: list[int]) -> None:

@@ -211,13 +211,13 @@ def test_fsdp2_variants_match_fsdp2_at_every_boundary(variant: str, world: int,
                                 ("forward", "backward", "optimizer_step"),
                                 ("inside layers.3", "reduced"))
         report = _report(res)
-        assert report["distributed"]["strategies"][0]["local_shard_bytes"] == res["local_shard_bytes"]
+        fsdp = report["distributed"]["strategies"][0]
+        assert fsdp["local_shard_bytes"] == res["local_shard_bytes"]
         assert _unknown_share(report) < 0.01
         inside = [r for r in res["records"] if r["where"] == "inside layers.3"]
         n = distributed_jobs.WIDTH * distributed_jobs.WIDTH + distributed_jobs.WIDTH
         size = 2 if variant == "fsdp2_mp" else 4  # layers.3 gathered whole, in bf16 under mp
         assert all(sum(b for _, b in r["comm_buffer"]) >= n * size for r in inside)
-        fsdp = report["distributed"]["strategies"][0]
         labels = {e["string"] for e in _C.read_events(res["trace"], 10_000_000)
                   if e["kind"] == "tag" and e["category"] == "comm_buffer"}
         if variant == "fsdp2_mp":

@@ -95,7 +95,8 @@ def test_report_names_the_stage_the_buffers_and_the_full_model(zero: dict[int, A
         assert sum(p["bytes"] for p in masters) == res["fp32_partition_bytes"]
         assert all(p["category"] == "optimizer_state" for p in masters)
         text = rs.load(res["trace"]).summary()
-        assert f"DeepSpeed ZeRO-{stage}" in text and "reduce_bucket_size (5,000 elements) holds" in text
+        assert f"DeepSpeed ZeRO-{stage}" in text
+        assert "reduce_bucket_size (5,000 elements) holds" in text
         assert report["optimizer"]["steps"] == deepspeed_jobs.STEPS
         steps = [s for s in report["steps"] if s["complete"]]
         assert len(steps) == deepspeed_jobs.STEPS
@@ -161,10 +162,11 @@ def test_torchrun_ridgescope_run_zero2(tmp_path: Path) -> None:
         bucket = peak["top_blocks"][0]
         assert (bucket["bytes"], bucket["category"]) == (2_000_000_000, "comm_buffer")
         assert "reduce_bucket_size 500,000,000 elements" in bucket["label"]
-        assert peak["by_category"]["gradient"] < 1_597_480, (rank, peak["by_category"], [(b["bytes"], b["category"], b["label"][:70], b["site"]) for b in peak["top_blocks"] if b["category"] == "gradient"], peak["phase"], peak["step"])
+        assert peak["by_category"]["gradient"] < 1_597_480, (rank, peak["by_category"])
         # half the flat parameters, which DeepSpeed pads to 2 x world size elements: 399,372
         masters = [b for b in peak["top_blocks"] if b["label"].startswith("fp32 master weights")]
-        assert [(b["bytes"], b["category"]) for b in masters] == [(399_372 // 2 * 4, "optimizer_state")]
+        assert [(b["bytes"], b["category"]) for b in masters] == \
+            [(399_372 // 2 * 4, "optimizer_state")]
         assert peak["by_category"]["unknown"] < 0.005 * peak["bytes"]
         assert "reduce_bucket_size (500,000,000 elements) holds" in rs.load(trace).summary()
 

@@ -114,7 +114,8 @@ class DeepSpeedTracker:
             except Exception:
                 continue
             if isinstance(value, (bool, int, float)):
-                config[key] = int(value) if isinstance(value, float) and value.is_integer() else value
+                whole = isinstance(value, float) and value.is_integer()
+                config[key] = int(value) if whole else value
         return config
 
     def _group_params(self) -> list[list[Any]]:
@@ -124,7 +125,8 @@ class DeepSpeedTracker:
     def _name_partitions(self) -> None:
         """Names the fp32 partitions the torch optimizer steps (its state's labels use them)."""
         names = self._tracking.names
-        attr = "fp32_partitioned_groups_flat" if self.stage == 3 else "single_partition_of_fp32_groups"
+        attr = ("fp32_partitioned_groups_flat" if self.stage == 3
+                else "single_partition_of_fp32_groups")
         for i, t in enumerate(getattr(self.zero, attr, None) or []):
             if isinstance(t, torch.Tensor):
                 names[id(t)] = f"rank {self.rank}'s fp32 partition of group {i}"
@@ -332,7 +334,8 @@ class DeepSpeedTracker:
                 "allreduce of a reduce bucket (its gradients flattened; reduce_bucket_size)"))
         if self.stage == 3:
             module = "deepspeed.runtime.zero.partition_parameters"
-            self._wrap(_class(module, "AllGatherCoalescedHandle"), "wait", self._wrap_coalesced_wait)
+            self._wrap(_class(module, "AllGatherCoalescedHandle"), "wait",
+                       self._wrap_coalesced_wait)
             self._wrap(_class(module, "AllGatherHandle"), "wait", self._wrap_wait)
             # a module function stage3 imported by name: wrapped where stage3 looks it up
             self._wrap(sys.modules.get("deepspeed.runtime.zero.stage3"), "reduce_scatter_coalesced",

@@ -71,7 +71,8 @@ _ZERO_SHARDS = {0: "nothing", 1: "optimizer state", 2: "optimizer state and grad
 def _deepspeed_line(s: dict[str, Any], fmt: Any) -> str:
     stage = s.get("zero_stage")
     line = (f"DeepSpeed ZeRO-{stage} ({s.get('optimizer')}): {s.get('parameters', 0):,} parameters "
-            f"in {s.get('parameter_tensors', 0)} tensors; partitions {_ZERO_SHARDS.get(stage, '?')}")
+            f"in {s.get('parameter_tensors', 0)} tensors; partitions "
+            f"{_ZERO_SHARDS.get(stage, '?')}")
     parts = [f"{p['what']} {fmt(p['bytes'])} ({p['category']})" for p in s.get("partitions", [])]
     if parts:
         line += "; this rank: " + ", ".join(parts)
