@@ -18,6 +18,7 @@ import json
 import sys
 import threading
 import warnings
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -60,8 +61,12 @@ class Instrumentation:
         self._module_labels: dict[int, tuple[int, int, str, int]] = {}
         self._tagged: dict[tuple[int, str], int] = {}  # (id(tensor owner), key) -> storage ptr
         self._root: torch.nn.Module | None = model
+        # outermost module -> whether it holds the root (a DDP wrapper of rs.track(model=inner))
+        self._root_wrappers: weakref.WeakKeyDictionary[torch.nn.Module, bool] = \
+            weakref.WeakKeyDictionary()
         self._step = 0
         self._counted_optimizer = optimizer
+        self._step_phases: dict[int, bool] = {}  # id(optimizer) -> its step opened optimizer_step
         self.run_extra: dict[str, Any] = {}  # more of the run's description (the capacity)
         # Called once when a discovered root module holds CUDA tensors (starts the CUDA source).
         self.on_cuda_module: Callable[[], None] | None = None
@@ -92,7 +97,7 @@ class Instrumentation:
         return lid
 
     def _param_name(self, p: torch.Tensor) -> str:
-        name = self._param_names.get(id(p))
+        name = self.distributed.names.get(id(p)) or self._param_names.get(id(p))
         if name is None:
             name = f"parameter {tuple(p.shape)}"
         return name
@@ -132,12 +137,14 @@ class Instrumentation:
 
     # ----------------------------------------------------------------------------- phases
     def begin_phase(self, name: str, explicit: bool) -> bool:
-        """Opens a phase. An automatic phase is skipped while an explicit phase of the same name
-        is open (the user's markers win). Returns whether a phase was opened."""
+        """Opens a phase. An automatic phase is skipped while a phase of the same name is open:
+        the user's markers win, and a phase inside itself is the outer one (ZeRO's local
+        optimizer stepping inside the wrapper's step, autograd's backward inside DeepSpeed's).
+        Returns whether a phase was opened."""
         for listener in self.phase_listeners:
             listener(name, True)
         with self._phase_lock:
-            if not explicit and any(n == name and e for n, e in self._phase_stack):
+            if not explicit and any(n == name for n, _ in self._phase_stack):
                 return False
             self._phase_stack.append((name, explicit))
             self._recomputing = any(n == "recompute" for n, _ in self._phase_stack)
@@ -177,6 +184,19 @@ class Instrumentation:
             return
         self._tagged[cache_key] = ptr
         self._native.tag(tensor, category, self.label(label()), False)
+
+    def watch_gradients(self) -> None:
+        """Hands the trainable parameters to the native gradient scan: of the model and the
+        optimizer, and of every other model found (a GAN's discriminator), less those whose .grad
+        a strategy keeps inside a buffer of its own (DeepSpeed's reduce bucket: not a gradient's
+        block, labelled by the strategy)."""
+        unwatched = self.distributed.unwatched
+        trainable = [p for p in self._params if p.requires_grad]
+        seen = {id(p) for p in trainable}
+        trainable += [p for p in self.models.trainable_parameters() if id(p) not in seen]
+        trainable = [p for p in trainable if id(p) not in unwatched]
+        self._native.watch_parameters(
+            trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
 
     def tag_gradients(self) -> None:
         """Tags the gradients whose block changed since the last scan: one pass in C++ over the
@@ -249,18 +269,9 @@ class Instrumentation:
         watch, and the run's description."""
         self._param_names = {**_model_info.parameter_names(self._model, self._optimizer),
                              **self.models.parameter_names}
-        self._watch()
+        self.watch_gradients()
         if describe:
             self._describe()
-
-    def _watch(self) -> None:
-        """Watches the gradients of every trainable parameter: of the model and the optimizer,
-        and of every other model found (a GAN's discriminator)."""
-        trainable = [p for p in self._params if p.requires_grad]
-        seen = {id(p) for p in trainable}
-        trainable += [p for p in self.models.trainable_parameters() if id(p) not in seen]
-        self._native.watch_parameters(
-            trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
 
     # ------------------------------------------------------------------- discovery (no model)
     # Without a model (``rs.track()``, ``ridgescope run``), the root is the first module called
@@ -369,7 +380,7 @@ class Instrumentation:
                     if self.models.in_other_model(module):
                         opened = _MODEL_CALL
                 self.distributed.on_outer_module(module)  # a DDP/FSDP wrapper around the model
-                if module is self._root:
+                if module is self._root or self._wraps_root(module):
                     opened = "forward" if torch.is_grad_enabled() else "eval"
             if opened not in (None, _MODEL_CALL) and not self.begin_phase(opened, explicit=False):
                 opened = None
@@ -382,6 +393,23 @@ class Instrumentation:
         calls.append(opened)
         info = self._module_info(module)
         self._native.enter_module(info[0], info[3])
+
+    def _wraps_root(self, module: torch.nn.Module) -> bool:
+        """Whether an outermost module holds the tracked model (DDP, FSDP or any wrapper around
+        ``rs.track(model=inner)``): its forward is the model's forward. Looked up once per
+        module."""
+        try:
+            return self._root_wrappers[module]
+        except KeyError:
+            pass
+        except TypeError:  # not weakly referenceable: not remembered
+            return any(m is self._root for m in module.modules())
+        holds = self._root is not None and any(m is self._root for m in module.modules())
+        try:
+            self._root_wrappers[module] = holds
+        except TypeError:
+            pass
+        return holds
 
     def _on_module_post(self, module: torch.nn.Module, args: tuple, kwargs: dict,
                         output: Any) -> None:
@@ -481,7 +509,7 @@ class Instrumentation:
                               opt_mod.register_optimizer_step_post_hook(step_post_hook)]
         self._handles.extend(self.hook_handles[-2:])
 
-        self._watch()
+        self.watch_gradients()
         # registration hooks: out of torch's dictionaries while compiled code runs or compiles
         # (Dynamo would break the graph at a module made inside it, ModuleList slicing)
         registration = self.models.install(self._guard)
@@ -516,6 +544,8 @@ class Instrumentation:
 
     def _on_step_pre(self, optimizer: torch.optim.Optimizer, args: tuple = (),
                      kwargs: dict | None = None) -> tuple[tuple, dict] | None:
+        if self._step_phases.pop(id(optimizer), False):  # its last step raised inside the phase
+            self.end_phase("optimizer_step")
         if self._counted_optimizer is None:
             self._counted_optimizer = optimizer
         if self._optimizer is None:
@@ -527,14 +557,16 @@ class Instrumentation:
             # step(closure) (Lightning, LBFGS) runs the closure's forward and backward inside the
             # step: the optimizer_step phase opens when the first closure call returns (calls
             # after it, LBFGS's line search, are inside the update).
-            wrapped = self._around_closure(closure)
+            wrapped = self._around_closure(closure, optimizer)
             if "closure" in kwargs:
                 return args, {**kwargs, "closure": wrapped}
             return (args[0], wrapped, *args[2:]), kwargs
-        self.begin_phase("optimizer_step", explicit=False)
+        # Nested in another optimizer's step (ZeRO's local optimizer, DeepSpeed's): not opened,
+        # so the outer step is one phase and one step.
+        self._step_phases[id(optimizer)] = self.begin_phase("optimizer_step", explicit=False)
         return None
 
-    def _around_closure(self, closure: Callable[..., Any]) -> Callable[..., Any]:
+    def _around_closure(self, closure: Callable[..., Any], optimizer: Any) -> Callable[..., Any]:
         begin = self._guard(self.begin_phase)
         calls = [0]
 
@@ -545,17 +577,28 @@ class Instrumentation:
             try:
                 return closure(*args, **kwargs)
             finally:
-                begin("optimizer_step", False)
+                self._step_phases[id(optimizer)] = begin("optimizer_step", False) is True
         return run_closure
 
     def _on_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.tag_optimizer_state(optimizer)
         self.distributed.after_step(optimizer)
         self.discover_models()
-        self.end_phase("optimizer_step")
+        if self._step_phases.pop(id(optimizer), False):
+            self.end_phase("optimizer_step")
         if optimizer is self._counted_optimizer:
-            self._native.step(self._step)
-            self._step += 1
+            self.mark_step()
+
+    def count_steps_at(self, owner: Any) -> None:
+        """Steps are counted by ``owner`` (a strategy's wrapper that is no torch optimizer:
+        DeepSpeed's ZeRO optimizer calls ``mark_step`` when its step ends), not by the torch
+        optimizer that steps inside it."""
+        self._counted_optimizer = owner
+
+    def mark_step(self) -> None:
+        """One training step ended."""
+        self._native.step(self._step)
+        self._step += 1
 
     def discover_models(self) -> None:
         """The step's end: models made or changed during the step (_models.py)."""

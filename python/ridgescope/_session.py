@@ -257,8 +257,7 @@ class Session:
         """Counts a training step explicitly (for loops without a torch optimizer)."""
         if self._instr is not None and self.active:
             self._instr._guard(self._instr.discover_models)()
-            self._instr._native.step(self._instr._step)
-            self._instr._step += 1
+            self._instr.mark_step()
 
     def _begin_explicit(self, name: str) -> bool:
         if self._instr is None or not self.active or self._instr.failed:

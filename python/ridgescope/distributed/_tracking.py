@@ -28,6 +28,47 @@ def local_tensor(t: Any) -> Any:
     return inner if isinstance(inner, torch.Tensor) else t
 
 
+class StorageMemo:
+    """The storage each key was last tagged for, held weakly: a block freed and made anew at
+    the same address (a buffer DeepSpeed makes every step) has a new storage, so it is tagged
+    again; an unchanged one is not. ``release`` drops the weak references."""
+
+    def __init__(self) -> None:
+        self._refs: dict[Any, int] = {}
+
+    def changed(self, key: Any, storage: Any) -> bool:
+        old = self._refs.get(key)
+        if old is not None and old == storage._cdata:  # alive: a weak ref keeps its address
+            return False
+        if old is not None:
+            torch.UntypedStorage._free_weak_ref(old)
+        self._refs[key] = storage._weak_ref()
+        return True
+
+    def release(self) -> None:
+        for ref in self._refs.values():
+            torch.UntypedStorage._free_weak_ref(ref)
+        self._refs.clear()
+
+
+def local_numel(p: Any) -> int:
+    """Elements of a parameter in the model: a DTensor's local shard (FSDP2), a ZeRO-3
+    parameter's full size (``ds_numel``: its data is an empty placeholder)."""
+    n = getattr(p, "ds_numel", None)
+    return int(n) if n is not None else local_tensor(p).numel()
+
+
+def local_bytes(p: Any) -> int:
+    """Bytes this rank holds for a parameter: a DTensor's local shard, a ZeRO-3 parameter's
+    partition (``ds_tensor``; and its whole data when DeepSpeed keeps it on every rank)."""
+    ds = getattr(p, "ds_tensor", None)
+    if isinstance(ds, torch.Tensor):
+        whole = int(p.ds_numel) * ds.element_size() if getattr(p, "ds_persist", False) else 0
+        return ds.numel() * ds.element_size() + whole
+    t = local_tensor(p)
+    return t.numel() * t.element_size()
+
+
 class DistributedTracking:
     def __init__(self, instr: Any) -> None:
         self.instr = instr
@@ -35,6 +76,9 @@ class DistributedTracking:
         self._seen: set[int] = set()          # id(module) already examined
         self._optimizers: set[int] = set()
         self.owned: set[int] = set()          # id(tensor) of parameters a tracker labels
+        self.unwatched: set[int] = set()      # id(parameter) whose .grad a strategy keeps itself
+        self.names: dict[int, str] = {}       # id(tensor) -> a tracker's name for it
+        self.failures: list[dict[str, str]] = []  # strategies found but not understood
         self._published: str | None = None
         self._pg_initialized = False
 
@@ -44,10 +88,12 @@ class DistributedTracking:
         if model is None or id(model) in self._seen:
             return
         self._seen.add(id(model))
-        from . import _ddp, _fsdp1, _fsdp2
+        from . import _ddp, _deepspeed, _fsdp1, _fsdp2
         found = False
         for m in model.modules():
-            if _ddp.is_ddp(m):
+            if _deepspeed.is_deepspeed(m):
+                found = self._make(_deepspeed.DeepSpeedTracker, m)
+            elif _ddp.is_ddp(m):
                 self._add(_ddp.DdpTracker(self, m))
                 found = True
             elif _fsdp1.is_fsdp1(m):
@@ -81,6 +127,22 @@ class DistributedTracking:
         if start is not None:
             start()
         tracker.scan()
+
+    def _make(self, make: Any, *args: Any) -> bool:
+        """Adds the tracker ``make(self, *args)``. A strategy whose structures are not what the
+        tracker expects (another release) is described with the error; tracking goes on."""
+        tracker = None
+        try:
+            tracker = make(self, *args)
+            self._add(tracker)
+        except Exception as exc:
+            if tracker is not None:
+                if tracker in self.trackers:
+                    self.trackers.remove(tracker)
+                tracker.remove()
+            self.failures.append({"strategy": getattr(make, "kind", make.__name__),
+                                  "error": f"{type(exc).__name__}: {exc}"})
+        return True
 
     # ----------------------------------------------------------------------- tensors
     def local(self, t: Any) -> Any:
@@ -128,7 +190,7 @@ class DistributedTracking:
     def describe(self) -> dict[str, Any]:
         d = process_info()
         self._pg_initialized = bool(d["process_group_initialized"])
-        d["strategies"] = [t.describe() for t in self.trackers]
+        d["strategies"] = [t.describe() for t in self.trackers] + self.failures
         return d
 
     def publish(self) -> None:
