@@ -10,6 +10,8 @@
 #include "ridgescope/trace_reader.h"
 #include "cpu_allocator_source.h"
 #include "cuda_allocator_source.h"
+#include "cupti_source.h"
+#include "host_memory_source.h"
 #include "python_frames.h"
 #include "site_capture.h"
 #include "tracking_session.h"
@@ -218,6 +220,16 @@ PYBIND11_MODULE(_C, m) {
         "Whether ridgescope's tracking CPU allocator is registered now (for tests).");
   m.def("_cuda_source_compiled", &ridgescope::sources::cuda_source_compiled,
         "Whether this build has the CUDA caching-allocator source (torch had CUDA at build time).");
+  m.def("_cupti_source_compiled", &ridgescope::sources::cupti_source_compiled,
+        "Whether this build has the CUPTI source (CUPTI's headers were found at build time).");
+  m.def(
+      "_resident_part",
+      [](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& blocks) {
+        std::vector<unsigned char> pages;
+        return ridgescope::sources::resident_part(blocks, pages);
+      },
+      py::arg("blocks"),
+      "The bytes of (address, bytes) ranges whose pages are resident (mincore; the host source's rule).");
   m.def("_cuda_workspace_tags_compiled", &ridgescope::sources::cuda_workspace_tags_compiled,
         "Whether this build reads torch's cuBLAS workspace maps (workspace blocks are tagged).");
   m.def("_cuda_allocator_backend", &ridgescope::sources::cuda_allocator_backend,
@@ -283,6 +295,8 @@ PYBIND11_MODULE(_C, m) {
       .def("start_driver_view", &TrackingSession::start_driver_view, py::arg("interval_ms") = 100)
       .def("start_cuda", &TrackingSession::start_cuda, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("cuda_started", &TrackingSession::cuda_started)
+      .def("start_cupti", &TrackingSession::start_cupti, py::call_guard<py::gil_scoped_release>())
+      .def("set_host_memory", &TrackingSession::set_host_memory, py::arg("on"))
       .def("flush", &TrackingSession::flush, py::call_guard<py::gil_scoped_release>())
       .def("intern", &TrackingSession::intern)
       .def("metadata", &TrackingSession::metadata)

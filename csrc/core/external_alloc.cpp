@@ -2,8 +2,6 @@
 // (include/ridgescope/external_alloc.h).
 #include "ridgescope/external_alloc.h"
 
-#include <exception>
-
 namespace ridgescope {
 
 std::string_view external_api_name(ExternalApi api) noexcept {
@@ -94,25 +92,25 @@ void ExternalAllocTranslator::on_alloc(const ExternalCall& c, std::vector<Event>
     return;
   }
   if (c.addr == 0) return;  // a zero-byte allocation hands out no address
-  auto [it, inserted] = live_.try_emplace(key(c.device, c.addr), Live{c.bytes, c.api});
+  auto [it, inserted] = live_.try_emplace(c.addr, Live{c.device, c.bytes, c.api});
   if (!inserted) {  // the address is live again: its free was not seen
     ++stats_.reused_addresses;
-    emit(EventKind::ExternalFree, c.device, c.addr, it->second.bytes, it->second.api, 0, 0, c.thread, out);
-    it->second = Live{c.bytes, c.api};
+    emit(EventKind::ExternalFree, it->second.device, c.addr, it->second.bytes, it->second.api, 0, 0, c.thread, out);
+    it->second = Live{c.device, c.bytes, c.api};
   }
   emit(EventKind::ExternalAlloc, c.device, c.addr, c.bytes, c.api, c.library_id, c.stack_id, c.thread, out);
 }
 
 void ExternalAllocTranslator::on_free(const ExternalCall& c, std::vector<Event>* out) {
   if (c.addr == 0) return;  // cudaFree(nullptr): a no-op (often used to create the context)
-  auto it = live_.find(key(c.device, c.addr));
+  auto it = live_.find(c.addr);
   if (it == live_.end()) {
     ++stats_.unmatched_frees;
     return;
   }
   const Live l = it->second;
   live_.erase(it);
-  emit(EventKind::ExternalFree, c.device, c.addr, l.bytes, l.api, 0, 0, c.thread, out);
+  emit(EventKind::ExternalFree, l.device, c.addr, l.bytes, l.api, 0, 0, c.thread, out);
 }
 
 void ExternalAllocTranslator::on_map(const ExternalCall& c, std::vector<Event>* out) {

@@ -245,6 +245,17 @@ std::uint64_t cpu_live_bytes() {
   return g_live_bytes;
 }
 
+std::vector<std::pair<std::uint64_t, std::uint64_t>> cpu_allocator_blocks() {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_recorder == nullptr || g_blocks == nullptr) return out;
+  out.reserve(g_blocks->size());
+  for (const auto& [ptr, entry] : *g_blocks) {
+    if (entry.generation == g_generation) out.emplace_back(reinterpret_cast<std::uint64_t>(ptr), entry.bytes);
+  }
+  return out;
+}
+
 void record_cpu_live_sample(std::uint32_t sample_name_id) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_recorder == nullptr) return;

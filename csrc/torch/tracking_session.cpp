@@ -5,6 +5,8 @@
 
 #include "cpu_allocator_source.h"
 #include "cuda_allocator_source.h"
+#include "cupti_source.h"
+#include "host_memory_source.h"
 #include "module_context.h"
 #include "nvml_source.h"
 #include "../core/json_writer.h"
@@ -36,6 +38,7 @@ TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity
   sample_name_id_ = recorder_.intern("allocator_live_bytes");
   reserved_sample_id_ = recorder_.intern("allocator_reserved_bytes");
   outside_label_id_ = recorder_.intern("activation saved outside the model (loss or functional code)");
+  host_ = std::make_unique<HostMemorySampler>(&recorder_);
   if (!install_cpu_allocator_source(&recorder_, capacity_bytes, sites_.get())) {
     recorder_.close();
     throw std::runtime_error(
@@ -67,13 +70,14 @@ std::string TrackingSession::start_driver_view(std::uint32_t interval_ms) noexce
 }
 
 void TrackingSession::stop() noexcept {
+  if (active_ && !degraded_) sample_allocator_unchecked();  // the last boundary, NVML included
   nvml_.reset();  // joins the sampler thread before the recorder closes
   {
     std::lock_guard<std::mutex> lock(watch_mutex_);
     watched_.clear();  // the session holds no tensor after it stops
   }
   if (!active_.exchange(false)) return;
-  if (!degraded_) sample_allocator_unchecked();
+  if (cupti_started_.exchange(false)) stop_cupti_source();
   if (cuda_started_.exchange(false)) stop_cuda_allocator_source();
   uninstall_cpu_allocator_source();
   recorder_.close();
@@ -118,6 +122,29 @@ void TrackingSession::sample_allocator() noexcept {
 void TrackingSession::sample_allocator_unchecked() noexcept {
   record_cpu_live_sample(sample_name_id_);
   if (cuda_started_) record_cuda_samples(sample_name_id_, reserved_sample_id_);
+  if (host_) host_->record_now();
+  if (cupti_started_) record_cupti_samples();
+  if (nvml_) nvml_->read_now(NvmlSampler::Reason::Boundary);
+}
+
+void TrackingSession::set_host_memory(bool on) noexcept {
+  try {
+    if (!on) {
+      host_.reset();
+    } else if (!host_) {
+      host_ = std::make_unique<HostMemorySampler>(&recorder_);
+    }
+  } catch (...) {
+  }
+}
+
+std::string TrackingSession::start_cupti() noexcept {
+  if (!active_) return "the session is stopped";
+  if (cupti_started_) return "";
+  const std::string why_not = start_cupti_source(&recorder_, sites_.get());
+  if (why_not.empty()) cupti_started_ = true;
+  check_recorder();
+  return why_not;
 }
 
 std::string TrackingSession::start_cuda() noexcept {
@@ -228,6 +255,7 @@ void TrackingSession::degrade(const std::string& reason) noexcept {
   }
   // Stop recording: the trace stays readable up to here.
   if (active_.exchange(false)) {
+    if (cupti_started_.exchange(false)) stop_cupti_source();
     if (cuda_started_.exchange(false)) stop_cuda_allocator_source();
     uninstall_cpu_allocator_source();
     recorder_.close();

@@ -28,6 +28,7 @@
 namespace ridgescope::sources {
 
 class NvmlSampler;
+class HostMemorySampler;
 
 class TrackingSession {
  public:
@@ -57,12 +58,20 @@ class TrackingSession {
   // Writes everything recorded so far to the trace file and returns when it is there.
   void flush() noexcept { recorder_.flush(); }
   // Records the allocator's own live-byte count, checked against the ledger by the analysis
-  // (on CUDA also its reserved bytes: torch.cuda.memory_allocated() / memory_reserved()).
+  // (on CUDA also its reserved bytes: torch.cuda.memory_allocated() / memory_reserved()), and
+  // the ledgers' readings of this boundary: the host's resident set, the driver's figure (NVML)
+  // and CUPTI's module counts.
   void sample_allocator() noexcept;
   // Starts the CUDA caching-allocator source (cuda_allocator_source.h) for this session.
   // Returns "" when CUDA blocks are tracked, else why not (also written as metadata).
   std::string start_cuda() noexcept;
   bool cuda_started() const noexcept { return cuda_started_.load(); }
+  // Starts the CUPTI source (cupti_source.h): allocations outside PyTorch, by library. Returns ""
+  // when subscribed, else why not (also written as `cupti_source` metadata). Call after
+  // start_cuda().
+  std::string start_cupti() noexcept;
+  // Whether phase boundaries take a host-memory reading (host_memory_source.h; on by default).
+  void set_host_memory(bool on) noexcept;
 
   // Tags the block behind `tensor` (its storage base). Weak tags apply only to blocks that no
   // strong tag explains. Tensors without storage (meta, fake, sparse) are ignored.
@@ -125,6 +134,8 @@ class TrackingSession {
   std::uint32_t sample_name_id_ = 0;
   std::uint32_t reserved_sample_id_ = 0;
   std::atomic<bool> cuda_started_{false};
+  std::atomic<bool> cupti_started_{false};
+  std::unique_ptr<HostMemorySampler> host_;  // host-memory readings at boundaries (null: off)
   std::uint32_t outside_label_id_ = 0;
 };
 

@@ -119,6 +119,7 @@ class ExternalAllocTranslator {
 
  private:
   struct Live {
+    std::int16_t device = 0;
     std::uint64_t bytes = 0;
     ExternalApi api = ExternalApi::Unknown;
   };
@@ -134,9 +135,6 @@ class ExternalAllocTranslator {
   struct Mapping {
     std::uint64_t handle = 0, bytes = 0;
   };
-  static std::uint64_t key(std::int16_t device, std::uint64_t addr) noexcept {
-    return (static_cast<std::uint64_t>(static_cast<std::uint16_t>(device)) << 48) ^ addr;
-  }
   void on_alloc(const ExternalCall& c, std::vector<Event>* out);
   void on_free(const ExternalCall& c, std::vector<Event>* out);
   void on_map(const ExternalCall& c, std::vector<Event>* out);
@@ -145,7 +143,9 @@ class ExternalAllocTranslator {
   void emit(EventKind kind, std::int16_t device, std::uint64_t addr, std::uint64_t bytes, ExternalApi api,
             std::uint32_t library_id, std::uint32_t stack_id, std::uint32_t thread, std::vector<Event>* out);
 
-  std::unordered_map<std::uint64_t, Live> live_;           // key(device, addr)
+  // By address alone: device addresses are unique across devices (unified addressing), and a
+  // free may come from a thread whose current device is another one.
+  std::unordered_map<std::uint64_t, Live> live_;
   std::unordered_map<std::uint64_t, Handle> handles_;      // by handle value
   std::map<std::uint64_t, Mapping> mappings_;              // by mapped address (one address space)
   std::unordered_map<std::int16_t, std::uint64_t> bytes_;  // live bytes per device

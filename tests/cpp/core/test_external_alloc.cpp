@@ -184,17 +184,17 @@ SCENARIO("plain allocations are followed by address", "[core][external]") {
       CHECK(t.live_bytes(1) == 3 * MiB);
       CHECK(t.live_bytes(0) == 512);
     }
-    WHEN("they are freed, with cudaFree(nullptr) and a free of an address never seen among them") {
+    WHEN("they are freed (the first from a thread whose current device is cuda:0), with cudaFree(nullptr) "
+         "and a free of an address never seen among them") {
       out.clear();
-      ExternalCall f = free_of(0x7f1000000000);
-      f.device = 1;
-      t.translate(f, &out);
+      t.translate(free_of(0x7f1000000000), &out);
       t.translate(free_of(0), &out);
       t.translate(free_of(0x7f9000000000), &out);
       t.translate(free_of(0x7f2000000000), &out);
       THEN("the known ones are freed with their sizes and APIs; the unknown one is counted") {
         REQUIRE(out.size() == 2);
         CHECK(out[0].kind == EventKind::ExternalFree);
+        CHECK(out[0].device == Device{DeviceType::CUDA, 1});  // the allocation's device
         CHECK(out[0].bytes == 3 * MiB);
         CHECK(out[1].bytes == 512);
         CHECK(external_api_from_byte(out[1].flags) == ExternalApi::MallocAsync);
