@@ -66,7 +66,15 @@ struct Entry {
   std::optional<std::string_view> category;
   std::string_view phase, label, module;  // from a dict user_metadata
   std::optional<bool> category_inferred;
+  bool outside = false;  // a ridgescope export's memory outside PyTorch (not the allocator's)
 };
+
+// ridgescope's exports mark device memory allocated outside PyTorch (its own segments, category
+// non_pytorch, for memory_viz; snapshot_writer.cpp): it is not the allocator's, so it is skipped.
+bool outside_pytorch(const PickleValue& v) {
+  const PickleValue* m = v.is_dict() ? v.get("ridgescope_outside_pytorch") : nullptr;
+  return m != nullptr && m->type == PickleValue::Type::Bool && m->boolean;
+}
 
 // The items (entries, frames, blocks) the replay may visit. The pickle reader shares a container
 // that the memo references again (BINGET, 2 bytes) instead of copying it, so a hostile file can
@@ -175,6 +183,10 @@ Entry read_entry(const PickleValue& t, const std::string& where, VisitBudget& bu
   const std::string_view action = str_field(t, "action", where);
   e.action = parse_action(action);
   e.legacy_free = action == "free";
+  if (outside_pytorch(t)) {
+    e.action = Action::Other;
+    e.outside = true;
+  }
   if (e.action == Action::Other) return e;
   if (e.action == Action::Oom) {
     e.device_free = opt_uint(t, "device_free", where).value_or(0);
@@ -345,7 +357,7 @@ class Converter {
       if (const PickleValue* d = s.get("device"); d != nullptr && !d->to_uint64(&device)) {
         content_error(where + "['device'] must be an int, got " + type_of(*d));
       }
-      if (device != device_index_) continue;
+      if (device != device_index_ || outside_pytorch(s)) continue;
       const std::uint64_t address = uint_field(s, "address", where);
       const std::uint64_t total = uint_field(s, "total_size", where);
       if (const PickleValue* x = s.get("is_expandable"); x != nullptr && x->type == PickleValue::Type::Bool && x->boolean) {
@@ -779,7 +791,7 @@ class Converter {
       const Entry& e = entries_[i];
       emit_marks_through(i);
       if (e.action == Action::Other) {
-        ++ignored_entries_;
+        if (!e.outside) ++ignored_entries_;
         continue;
       }
       if (!ours_) emit_torch_marks_before(e.time_us);

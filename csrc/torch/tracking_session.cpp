@@ -70,13 +70,14 @@ std::string TrackingSession::start_driver_view(std::uint32_t interval_ms) noexce
 }
 
 void TrackingSession::stop() noexcept {
-  if (active_ && !degraded_) sample_allocator_unchecked();  // the last boundary, NVML included
+  if (active_ && !degraded_) record_ledger_readings();  // the session's end, NVML included
   nvml_.reset();  // joins the sampler thread before the recorder closes
   {
     std::lock_guard<std::mutex> lock(watch_mutex_);
     watched_.clear();  // the session holds no tensor after it stops
   }
   if (!active_.exchange(false)) return;
+  if (!degraded_) sample_allocator_unchecked();
   if (cupti_started_.exchange(false)) stop_cupti_source();
   if (cuda_started_.exchange(false)) stop_cuda_allocator_source();
   uninstall_cpu_allocator_source();
@@ -105,11 +106,15 @@ void TrackingSession::marker(EventKind kind, std::uint32_t name_id, std::uint64_
   check_recorder();
 }
 
+// The ledgers' readings are taken inside the phase at both of its boundaries (after its begin
+// marker, before its end marker), so each reading belongs to the phase it stands for.
 void TrackingSession::phase_begin(std::uint32_t name_id) noexcept {
   marker(EventKind::PhaseBegin, name_id, 0);
+  if (active_) record_ledger_readings();
 }
 
 void TrackingSession::phase_end(std::uint32_t name_id) noexcept {
+  if (active_) record_ledger_readings();
   marker(EventKind::PhaseEnd, name_id, 0);
 }
 
@@ -122,6 +127,9 @@ void TrackingSession::sample_allocator() noexcept {
 void TrackingSession::sample_allocator_unchecked() noexcept {
   record_cpu_live_sample(sample_name_id_);
   if (cuda_started_) record_cuda_samples(sample_name_id_, reserved_sample_id_);
+}
+
+void TrackingSession::record_ledger_readings() noexcept {
   if (host_) host_->record_now();
   if (cupti_started_) record_cupti_samples();
   if (nvml_) nvml_->read_now(NvmlSampler::Reason::Boundary);

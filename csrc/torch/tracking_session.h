@@ -48,6 +48,7 @@ class TrackingSession {
 
   std::uint32_t intern(const std::string& text) noexcept;
   void metadata(const std::string& key, const std::string& json) noexcept;
+  // Phase markers; each also takes the ledgers' readings inside the phase (record_ledger_readings).
   void phase_begin(std::uint32_t name_id) noexcept;
   void phase_end(std::uint32_t name_id) noexcept;
   void step(std::uint64_t step) noexcept;
@@ -58,9 +59,7 @@ class TrackingSession {
   // Writes everything recorded so far to the trace file and returns when it is there.
   void flush() noexcept { recorder_.flush(); }
   // Records the allocator's own live-byte count, checked against the ledger by the analysis
-  // (on CUDA also its reserved bytes: torch.cuda.memory_allocated() / memory_reserved()), and
-  // the ledgers' readings of this boundary: the host's resident set, the driver's figure (NVML)
-  // and CUPTI's module counts.
+  // (on CUDA also its reserved bytes: torch.cuda.memory_allocated() / memory_reserved()).
   void sample_allocator() noexcept;
   // Starts the CUDA caching-allocator source (cuda_allocator_source.h) for this session.
   // Returns "" when CUDA blocks are tracked, else why not (also written as metadata).
@@ -116,6 +115,10 @@ class TrackingSession {
   void check_recorder() noexcept;
   void marker(EventKind kind, std::uint32_t name_id, std::uint64_t value) noexcept;
   void sample_allocator_unchecked() noexcept;
+  // The ledgers' readings of a phase boundary (ridgescope/memory_layers.h): the host's resident
+  // set, CUPTI's module counts and the driver's figure (NVML). Taken inside the phase at its
+  // begin and its end, and when the session stops.
+  void record_ledger_readings() noexcept;
 
   Recorder recorder_;
   std::unique_ptr<SiteCapture> sites_;  // used by the sources until they are stopped

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._format import format_bytes, format_count
+from ._ledgers_text import device_ledger_lines, ledger_lines
 from ._snapshot_text import device_summary, reason_lines
 from .distributed._section import text_lines as distributed_text_lines
 
@@ -137,6 +138,10 @@ def render_explain(d: dict[str, Any], request: int | None = None) -> str:
     if retained:
         out.append("")
         out.extend(retained)
+    ledger = device_ledger_lines(d)
+    if ledger:
+        out.append("")
+        out.extend(ledger[:-1])
     if request is not None:
         out.append("")
         out.extend(render_free_space(d, request))
@@ -331,6 +336,7 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
         out.append("")
 
     out.extend(_pool_lines(d))
+    out.extend(ledger_lines(d))  # the device ledger and the host's resident set
 
     if d["ooms"]:
         cap = d.get("device_capacity_bytes")

@@ -4,11 +4,15 @@
 // and at the peak; and the OOM verdict that names who holds the card. The traces are built with
 // the records the CUDA, CUPTI and NVML sources write, so every figure is known exactly.
 #include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "catch.h"
 #include "json_value.h"
+#include "pickle_reader.h"
 #include "ridgescope/analysis.h"
+#include "ridgescope/snapshot.h"
 #include "ridgescope/external_alloc.h"
 #include "ridgescope/report.h"
 #include "trace_builder.h"
@@ -226,5 +230,67 @@ SCENARIO("the device ledger without the process's own figure, without CUPTI, and
       t.close();
     }
     THEN("there is no device ledger") { CHECK_FALSE(analyze_trace(path.str()).device_ledger); }
+  }
+}
+
+SCENARIO("memory outside PyTorch is exported to memory_viz as segments of its own", "[core][snapshot][device_ledger]") {
+  GIVEN("the run of write_nccl_run, exported as a torch memory snapshot") {
+    TempPath trace, pickle(".pickle");
+    write_nccl_run(trace.str());
+    const SnapshotWriteStats stats = write_snapshot(trace.str(), pickle.str());
+    std::ifstream f(pickle.str(), std::ios::binary);
+    std::ostringstream bytes;
+    bytes << f.rdbuf();
+    const auto parsed = detail::parse_pickle(bytes.str());
+    THEN("each allocation outside PyTorch is a segment_alloc and an alloc in the non_pytorch category") {
+      CHECK(stats.outside_allocations == 2);
+      const auto& entries = parsed.root.get("device_traces")->list()[0].list();
+      std::size_t outside_segments = 0, outside_allocs = 0, outside_frees = 0;
+      for (const auto& e : entries) {
+        const auto* category = e.get("category");
+        if (category == nullptr || !category->is_str() || category->str() != "non_pytorch") continue;
+        const auto* mark = e.get("ridgescope_outside_pytorch");
+        REQUIRE(mark != nullptr);
+        CHECK(mark->boolean);
+        const std::string_view action = e.get("action")->str();
+        outside_segments += action == "segment_alloc";
+        outside_allocs += action == "alloc";
+        outside_frees += action == "free_completed";
+      }
+      CHECK(outside_segments == 2);
+      CHECK(outside_allocs == 2);
+      CHECK(outside_frees == 1);  // cuBLAS's, in the optimizer step
+    }
+    AND_THEN("the end state holds NCCL's 4 GiB as its own segment, besides PyTorch's") {
+      const auto& segments = parsed.root.get("segments")->list();
+      REQUIRE(segments.size() == 2);
+      std::size_t outside = 0;
+      for (const auto& seg : segments) {
+        const auto* mark = seg.get("ridgescope_outside_pytorch");
+        if (mark == nullptr) continue;
+        ++outside;
+        std::uint64_t total = 0;
+        REQUIRE(seg.get("total_size")->to_uint64(&total));
+        CHECK(total == 4096 * MiB);
+        const auto& blocks = seg.get("blocks")->list();
+        REQUIRE(blocks.size() == 1);
+        CHECK(blocks[0].get("category")->str() == "non_pytorch");
+      }
+      CHECK(outside == 1);
+    }
+    AND_THEN("reading the export back keeps PyTorch's memory as it was: the outside segments are not reserved bytes") {
+      const Report back = analyze_snapshot(pickle.str());
+      const Report r = analyze_trace(trace.str());
+      CHECK(back.peak.bytes == r.peak.bytes);
+      CHECK(back.final_reserved_bytes == r.final_reserved_bytes);
+      CHECK(back.final_reserved_bytes == 2048 * MiB);
+      REQUIRE(back.snapshot);
+      REQUIRE(back.snapshot->devices.size() == 1);
+      CHECK(back.snapshot->devices[0].segments == 1);
+      for (const std::string& note : back.snapshot->notes) {
+        // only the closing snapshot marker is skipped as another kind; the outside entries are not counted
+        if (note.find("trace entries of other kinds") != std::string::npos) CHECK(note.rfind("1 trace entries", 0) == 0);
+      }
+    }
   }
 }
