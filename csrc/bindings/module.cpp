@@ -4,6 +4,7 @@
 
 #include "ridgescope/analysis.h"
 #include "ridgescope/category.h"
+#include "ridgescope/external_alloc.h"
 #include "ridgescope/snapshot.h"
 #include "ridgescope/recorder.h"
 #include "ridgescope/trace_format.h"
@@ -51,6 +52,9 @@ py::list read_events(const std::string& path, std::size_t limit) {
     d["string"] = std::string(reader.string(e.string_id));
     d["value"] = e.value;
     d["stack_id"] = e.stack_id;
+    if (e.kind == ridgescope::EventKind::ExternalAlloc || e.kind == ridgescope::EventKind::ExternalFree) {
+      d["api"] = std::string(ridgescope::external_api_name(ridgescope::external_api_from_byte(e.flags)));
+    }
     out.append(std::move(d));
   }
   if (reader.truncated()) {
