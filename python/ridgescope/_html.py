@@ -66,7 +66,8 @@ def page_data(data: dict[str, Any], max_steps: int = HTML_MAX_STEPS) -> dict[str
 
 def render_html(data: dict[str, Any]) -> str:
     """The HTML page of a report (``Report.to_dict()``), as text."""
-    script = _asset("report.js")
+    # report.js draws the composition; ledgers.js the device ledger and the host's layers
+    script = _asset("report.js") + "\n" + _asset("ledgers.js")
     style = _asset("report.css")
     if "</script" in script.lower() or "</style" in style.lower():  # an asset bug, never data
         raise AssertionError("an HTML asset contains a closing script or style tag")
