@@ -144,16 +144,22 @@ class Cuda:
 
 
 # ------------------------------------------------------------------------------ helpers
-def rows_of(ledger: dict[str, Any], phase: str) -> list[dict[str, Any]]:
-    return [r for r in ledger["rows"] if r["phase"] == phase]
+SETTLE_S = 0.05  # the sampler thread takes a boundary's reading at once; this leaves it time
 
 
-def across(ledger: dict[str, Any], phase: str) -> tuple[int, int, int]:
-    """(driver, outside, reserved) growth between a phase's begin and end readings."""
-    rows = rows_of(ledger, phase)
-    if len(rows) < 2:
-        raise AssertionError(f"phase {phase}: {len(rows)} driver readings (want its begin and end)")
-    a, b = rows[0], rows[-1]
+def across(report: dict[str, Any], phase: str) -> tuple[int, int, int]:
+    """(driver, outside, reserved) growth between the readings taken for a phase's begin and its
+    end: the first boundary reading at or after each (the sampler's thread takes them; the
+    script waits SETTLE_S after the begin and after the end, so they land there)."""
+    spans = [(p["begin_time_ns"], p["end_time_ns"]) for s in report["steps"] for p in s["phases"] if p["phase"] == phase]
+    if not spans:
+        raise AssertionError(f"no phase {phase}")
+    begin, end = spans[0]
+    rows = report["device_ledger"]["rows"]
+    a = next((r for r in rows if r["time_ns"] >= begin), None)
+    b = next((r for r in rows if r["time_ns"] >= end), None)
+    if a is None or b is None or a is b:
+        raise AssertionError(f"phase {phase}: no driver reading after its begin and after its end")
     return (b["driver_bytes"] - a["driver_bytes"], b["outside_bytes"] - a["outside_bytes"],
             b["reserved_bytes"] - a["reserved_bytes"])
 
@@ -165,7 +171,8 @@ def group(ledger: dict[str, Any], api: str, phase: str) -> dict[str, Any] | None
     return None
 
 
-def exact_group(name: str, ledger: dict[str, Any], api: str, phase: str, nbytes: int) -> None:
+def exact_group(name: str, report: dict[str, Any], api: str, phase: str, nbytes: int) -> None:
+    ledger = report["device_ledger"]
     g = group(ledger, api, phase)
     if not check(f"{name}.group", g is not None, f"a group of api {api} made in phase {phase}" if g else
                  f"no group of api {api} in phase {phase}: {[(x['library'], x['api'], x['first_phase']) for x in ledger['groups']]}"):
@@ -176,7 +183,7 @@ def exact_group(name: str, ledger: dict[str, Any], api: str, phase: str, nbytes:
           f"{g['end_bytes']} B at the end")
     check(f"{name}.attributed", g["library"] not in ("", "unknown") and "c10_cuda" not in g["library"],
           f"library {g['library']!r} (the ctypes caller, outside PyTorch)")
-    d_driver, d_outside, d_reserved = across(ledger, phase)
+    d_driver, d_outside, d_reserved = across(report, phase)
     check(f"{name}.driver_agrees", abs((d_driver - d_reserved) - d_outside) <= 2 * MiB,
           f"across the phase the driver grew {d_driver / MiB:.2f} MiB, reserved {d_reserved / MiB:.2f} MiB, "
           f"the ledger's outside bytes {d_outside / MiB:.2f} MiB")
@@ -189,19 +196,28 @@ def itemised(out: Path) -> None:
     path = out / "outside.rstrace"
     with rs.track(out=path, cuda=True, driver_view=True) as session:
         check("setup.cupti_subscribed", session.cupti_status == "", f"cupti_status {session.cupti_status!r}")
+        settle = lambda: time.sleep(SETTLE_S)  # noqa: E731  (let the boundary's reading be taken)
         with rs.phase("malloc"):
+            settle()
             p = cuda.malloc(48 * MiB)
+        settle()
         cuda.free(p)
         with rs.phase("vmm"):
+            settle()
             ptr, size, handle = cuda.vmm_alloc(64 * MiB)
+        settle()
         cuda.vmm_free(ptr, size, handle)
         with rs.phase("async"):
+            settle()
             q = cuda.malloc_async(32 * MiB)
             torch.cuda.synchronize()
+        settle()
         cuda.free_async(q)
         with rs.phase("matmul"):
+            settle()
             a = torch.randn(2048, 2048, device="cuda")
             (a @ a).sum().item()
+        settle()
         del a
     r = rs.load(path).to_dict()
     led = r["device_ledger"]
@@ -216,8 +232,8 @@ def itemised(out: Path) -> None:
         skip("nvml.process_listed", "NVML does not list this process (a container's PID namespace): device-wide figures")
     else:
         check("nvml.process_listed", True, "NVML's usage of this process, by PID")
-    exact_group("malloc", led, "cudaMalloc", "malloc", 48 * MiB)
-    exact_group("vmm", led, "cuMemCreate", "vmm", size)
+    exact_group("malloc", r, "cudaMalloc", "malloc", 48 * MiB)
+    exact_group("vmm", r, "cuMemCreate", "vmm", size)
     g = group(led, "cudaMallocAsync", "async")
     check("async.exact", g is not None and g["max_bytes"] == 32 * MiB and g["end_bytes"] == 0,
           f"{g and g['library']}: at most {g and g['max_bytes']} B (asked {32 * MiB} B), "
@@ -229,7 +245,7 @@ def itemised(out: Path) -> None:
           f"libraries {libs}; {led['outside_inside_reserved']} allocations inside PyTorch segments; "
           f"{r['consistency']['samples']} allocator readings, {r['consistency']['mismatches']} mismatches")
     cublas = [x for x in led["groups"] if x["library"].startswith("libcublas")]
-    d_driver, d_outside, d_reserved = across(led, "matmul")
+    d_driver, d_outside, d_reserved = across(r, "matmul")
     workspace = r["totals"]["final_by_category"]["workspace"]
     check("cublas.workspace_is_pytorchs", bool(workspace) and not any(x["first_phase"] == "matmul" and
                                                                       "c10_cuda" in x["library"] for x in led["groups"]),
@@ -263,15 +279,18 @@ def nccl(out: Path) -> None:
         dist.init_process_group("nccl", rank=0, world_size=1)
         try:
             with rs.phase("allreduce"):
+                time.sleep(SETTLE_S)
                 x = torch.ones(16 * MiB // 4, device="cuda")
                 dist.all_reduce(x)  # the communicator and its buffers are made here
                 torch.cuda.synchronize()
+            time.sleep(SETTLE_S)
         finally:
             dist.destroy_process_group()
-    led = rs.load(path).to_dict()["device_ledger"]
+    r = rs.load(path).to_dict()
+    led = r["device_ledger"]
     groups = [g for g in led["groups"] if g["library"].startswith("libnccl")]
     nccl_bytes = sum(g["max_bytes"] for g in groups)
-    d_driver, d_outside, d_reserved = across(led, "allreduce")
+    d_driver, d_outside, d_reserved = across(r, "allreduce")
     FIGURES["nccl"] = {"groups": [(g["api"], g["allocations"], g["max_bytes"]) for g in groups],
                        "driver_growth": d_driver, "reserved_growth": d_reserved, "outside_growth": d_outside}
     if not check("nccl.attributed", nccl_bytes > 0,

@@ -87,8 +87,20 @@ std::unique_ptr<NvmlSampler> NvmlSampler::start(Recorder* recorder, std::uint32_
 }
 
 NvmlSampler::~NvmlSampler() {
-  stop_ = true;
+  {
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+void NvmlSampler::request_boundary() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    boundary_requested_ = true;
+  }
+  wake_.notify_one();
 }
 
 void NvmlSampler::read_now(Reason reason) noexcept {
@@ -142,19 +154,29 @@ void NvmlSampler::read_now(Reason reason) noexcept {
 void NvmlSampler::run() {
   std::uint64_t seen = device_memory_epoch().load(std::memory_order_relaxed);
   read_now(Reason::Periodic);
-  std::uint32_t waited = 0;
+  auto last = std::chrono::steady_clock::now();
   while (!stop_) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    waited += 10;
-    const std::uint64_t epoch = device_memory_epoch().load(std::memory_order_relaxed);
-    if (epoch != seen) {  // the driver's holding changed: read it near its new level
-      seen = epoch;
-      read_now(Reason::Change);
-      waited = 0;
-    } else if (waited >= interval_ms_) {
-      read_now(Reason::Periodic);
-      waited = 0;
+    bool boundary = false;
+    {
+      std::unique_lock<std::mutex> lock(wake_mutex_);
+      wake_.wait_for(lock, std::chrono::milliseconds(10), [this] { return boundary_requested_ || stop_.load(); });
+      boundary = boundary_requested_;
+      boundary_requested_ = false;
     }
+    if (stop_) break;
+    const std::uint64_t epoch = device_memory_epoch().load(std::memory_order_relaxed);
+    const auto now = std::chrono::steady_clock::now();
+    if (boundary) {
+      read_now(Reason::Boundary);
+    } else if (epoch != seen) {  // the driver's holding changed: read it near its new level
+      read_now(Reason::Change);
+    } else if (now - last >= std::chrono::milliseconds(interval_ms_)) {
+      read_now(Reason::Periodic);
+    } else {
+      continue;
+    }
+    seen = epoch;
+    last = now;
   }
 }
 

@@ -7,16 +7,21 @@
 // process, by PID, where the driver's NVML has the per-process query and lists it: a container
 // with its own PID namespace may hide it) and "nvml_reading" (why: 0 periodic, 1 at a phase
 // boundary, 2 after the device's memory changed), which completes it (docs/trace_format.md).
-// Readings are taken every interval by a thread, soon (within 10 ms) after the CUDA or CUPTI
-// source reports a change of what the driver holds (device_memory_epoch.h), and at every phase
-// boundary by read_now(). NVML's queries never synchronise the device. The analysis reconciles
-// them with the allocator's reserved bytes and CUPTI's allocations (the device ledger).
+// Readings are taken by the sampler's own thread: every interval, soon (within 10 ms) after the
+// CUDA or CUPTI source reports a change of what the driver holds (device_memory_epoch.h), and
+// at once when a phase boundary asks for one (request_boundary(): the training thread only sets
+// a flag and wakes the sampler, since the per-process query can take a good fraction of a
+// millisecond). NVML's queries never synchronise the device. The analysis reconciles them with
+// the allocator's reserved bytes and CUPTI's allocations (the device ledger), and says whether
+// the device's memory changed between the peak and the reading taken for it.
 //
-// Thread-safety: start() and the destructor from the session's thread; read_now() from any
-// thread; one reading at a time (a mutex keeps a reading's records together).
+// Thread-safety: start() and the destructor from the session's thread; request_boundary() and
+// read_now() from any thread; one reading at a time (a mutex keeps a reading's records
+// together).
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -38,8 +43,10 @@ class NvmlSampler {
 
   // Why a reading is taken (the value of its nvml_reading sample).
   enum class Reason : std::uint64_t { Periodic = 0, Boundary = 1, Change = 2 };
-  // Takes one reading of every device now. Never throws.
+  // Takes one reading of every device now, on the calling thread. Never throws.
   void read_now(Reason reason) noexcept;
+  // Asks the sampler thread for a Boundary reading now; returns at once. Never throws.
+  void request_boundary() noexcept;
 
   struct Api;  // the NVML entry points, resolved with dlsym
 
@@ -53,6 +60,9 @@ class NvmlSampler {
   std::mutex reading_mutex_;  // leaf lock (then the Recorder's): one reading at a time
   std::uint32_t total_id_ = 0, used_id_ = 0, count_id_ = 0, process_id_ = 0, reading_id_ = 0;
   std::vector<unsigned char> infos_;  // the process query's buffer (guarded by reading_mutex_)
+  std::mutex wake_mutex_;  // leaf lock: guards boundary_requested_ (and the wait below)
+  std::condition_variable wake_;
+  bool boundary_requested_ = false;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -70,7 +70,11 @@ std::string TrackingSession::start_driver_view(std::uint32_t interval_ms) noexce
 }
 
 void TrackingSession::stop() noexcept {
-  if (active_ && !degraded_) record_ledger_readings();  // the session's end, NVML included
+  if (active_ && !degraded_) {  // the session's end; NVML read here, since its sampler stops
+    if (host_) host_->record_now();
+    if (cupti_started_) record_cupti_samples();
+    if (nvml_) nvml_->read_now(NvmlSampler::Reason::Boundary);
+  }
   nvml_.reset();  // joins the sampler thread before the recorder closes
   {
     std::lock_guard<std::mutex> lock(watch_mutex_);
@@ -132,7 +136,7 @@ void TrackingSession::sample_allocator_unchecked() noexcept {
 void TrackingSession::record_ledger_readings() noexcept {
   if (host_) host_->record_now();
   if (cupti_started_) record_cupti_samples();
-  if (nvml_) nvml_->read_now(NvmlSampler::Reason::Boundary);
+  if (nvml_) nvml_->request_boundary();  // taken at once by the sampler's thread
 }
 
 void TrackingSession::set_host_memory(bool on) noexcept {
