@@ -283,14 +283,14 @@ PYBIND11_MODULE(_C, m) {
         "walker after checking it on this thread; returns '' or why Python frames are not read.");
 
   py::class_<TrackingSession>(m, "Session")
-      .def(py::init([](const std::string& path, std::uint64_t capacity, const std::string& stacks) {
+      .def(py::init([](const std::string& path, std::uint64_t capacity, const std::string& stacks, bool host_memory) {
              ridgescope::sources::StackMode mode;
              if (!ridgescope::sources::parse_stack_mode(stacks, &mode)) {
                throw py::value_error("stacks must be 'site', 'python', 'all' or 'none', got '" + stacks + "'");
              }
-             return std::make_unique<TrackingSession>(path, capacity, mode);
+             return std::make_unique<TrackingSession>(path, capacity, mode, host_memory);
            }),
-           py::arg("path"), py::arg("capacity") = 0, py::arg("stacks") = "site")
+           py::arg("path"), py::arg("capacity") = 0, py::arg("stacks") = "site", py::arg("host_memory") = true)
       .def("stop", &TrackingSession::stop, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("active", &TrackingSession::active)
       .def_property_readonly("degraded", &TrackingSession::degraded)

@@ -32,13 +32,14 @@ bool storage_block(const at::Tensor& tensor, Device* device, std::uint64_t* addr
 
 }  // namespace
 
-TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity_bytes, StackMode stacks)
+TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity_bytes, StackMode stacks,
+                                 bool host_memory)
     : recorder_(path), sites_(std::make_unique<SiteCapture>(&recorder_, stacks)) {
   recorder_.metadata("sites", sites_->describe());
   sample_name_id_ = recorder_.intern("allocator_live_bytes");
   reserved_sample_id_ = recorder_.intern("allocator_reserved_bytes");
   outside_label_id_ = recorder_.intern("activation saved outside the model (loss or functional code)");
-  host_ = std::make_unique<HostMemorySampler>(&recorder_);
+  if (host_memory) host_ = std::make_unique<HostMemorySampler>(&recorder_);
   if (!install_cpu_allocator_source(&recorder_, capacity_bytes, sites_.get())) {
     recorder_.close();
     throw std::runtime_error(
@@ -46,6 +47,7 @@ TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity
         "nest. Stop the running one (leave its `with rs.track(...)` block) first.");
   }
   active_ = true;
+  if (host_) host_->record_now();  // the resident set when tracking starts
 }
 
 TrackingSession::~TrackingSession() { stop(); }
@@ -110,11 +112,12 @@ void TrackingSession::marker(EventKind kind, std::uint32_t name_id, std::uint64_
   check_recorder();
 }
 
-// The ledgers' readings are taken inside the phase at both of its boundaries (after its begin
-// marker, before its end marker), so each reading belongs to the phase it stands for.
+// The ledgers' readings belong to the phase they stand for: the driver's is asked for at both
+// boundaries (after the begin marker, before the end marker: the sampler's thread takes it),
+// the host's, which the training thread takes itself, at the end only (before the marker).
 void TrackingSession::phase_begin(std::uint32_t name_id) noexcept {
   marker(EventKind::PhaseBegin, name_id, 0);
-  if (active_) record_ledger_readings();
+  if (active_ && nvml_) nvml_->request_boundary();
 }
 
 void TrackingSession::phase_end(std::uint32_t name_id) noexcept {

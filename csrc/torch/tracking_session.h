@@ -36,8 +36,10 @@ class TrackingSession {
   // session is already running or the path cannot be written.
   // capacity_bytes: a simulated CPU device capacity (0: none); see cpu_allocator_source.h.
   // stacks: what each allocation's site holds (site_capture.h; default the site alone).
+  // host_memory: the host's resident set is read when tracking starts and at every phase end
+  // (host_memory_source.h; set_host_memory() changes it later).
   explicit TrackingSession(const std::string& path, std::uint64_t capacity_bytes = 0,
-                           StackMode stacks = StackMode::Site);
+                           StackMode stacks = StackMode::Site, bool host_memory = true);
   ~TrackingSession();
   TrackingSession(const TrackingSession&) = delete;
   TrackingSession& operator=(const TrackingSession&) = delete;
@@ -48,7 +50,7 @@ class TrackingSession {
 
   std::uint32_t intern(const std::string& text) noexcept;
   void metadata(const std::string& key, const std::string& json) noexcept;
-  // Phase markers; each also takes the ledgers' readings inside the phase (record_ledger_readings).
+  // Phase markers; they also take the ledgers' readings (record_ledger_readings).
   void phase_begin(std::uint32_t name_id) noexcept;
   void phase_end(std::uint32_t name_id) noexcept;
   void step(std::uint64_t step) noexcept;
@@ -69,7 +71,7 @@ class TrackingSession {
   // when subscribed, else why not (also written as `cupti_source` metadata). Call after
   // start_cuda().
   std::string start_cupti() noexcept;
-  // Whether phase boundaries take a host-memory reading (host_memory_source.h; on by default).
+  // Whether phase ends take a host-memory reading (host_memory_source.h; on by default).
   void set_host_memory(bool on) noexcept;
 
   // Tags the block behind `tensor` (its storage base). Weak tags apply only to blocks that no
@@ -115,9 +117,9 @@ class TrackingSession {
   void check_recorder() noexcept;
   void marker(EventKind kind, std::uint32_t name_id, std::uint64_t value) noexcept;
   void sample_allocator_unchecked() noexcept;
-  // The ledgers' readings of a phase boundary (ridgescope/memory_layers.h): the host's resident
-  // set, CUPTI's module counts and the driver's figure (NVML). Taken inside the phase at its
-  // begin and its end, and when the session stops.
+  // The ledgers' readings of a phase's end (ridgescope/memory_layers.h): the host's resident
+  // set, CUPTI's module counts and the driver's figure (NVML, asked of its sampler; it is asked
+  // at every begin too). Also taken when the session starts (the host's) and stops.
   void record_ledger_readings() noexcept;
 
   Recorder recorder_;

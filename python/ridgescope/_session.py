@@ -157,12 +157,11 @@ class Session:
             mode = self.stacks or "none"
             self.sites_status = _configure_sites() if mode != "none" else ""
             try:
-                self._native = _C.Session(str(self.path), self.capacity or 0, mode)
+                self._native = _C.Session(str(self.path), self.capacity or 0, mode,
+                                          host_memory=self._host_memory)
             except RuntimeError as exc:
                 raise RidgescopeError(str(exc).removeprefix("ridgescope: ")) from None
             _active = self
-            if not self._host_memory:
-                self._native.set_host_memory(False)
             self._native.metadata("sites", json.dumps(
                 {"mode": mode, "python_frames": mode != "none" and not self.sites_status,
                  "reason": self.sites_status}))
