@@ -207,7 +207,7 @@ Verdict explain_oom(const OomContext& c) {
     } else {
       v.summary = format_bytes(non_pytorch) + " of device memory is used outside PyTorch (CUDA context, NCCL, libraries); without it the request would fit.";
     }
-    v.evidence.push_back("used outside PyTorch " + format_bytes(non_pytorch));
+    if (!c.outside) v.evidence.push_back("used outside PyTorch " + format_bytes(non_pytorch));  // else said above
     v.remedies = {{"Reduce NCCL buffers (NCCL_BUFFSIZE) or other libraries' pools", "possibly slower collectives"},
                   {"Check for another process on the device (nvidia-smi)", "none"}};
     return v;

@@ -37,14 +37,17 @@ def device_ledger_lines(d: dict[str, Any], max_groups: int = 8) -> list[str]:
         when = "at the peak" if led.get("at_peak") else "at the last reading"
         exact = "" if row["exact"] else "; the device's memory changed between the peak and this reading"
         out.append(f"Device ledger {when} ({_where(row['step'], row['phase'])}{exact}):")
-        out.append(f"  driver ({source}) {format_bytes(row['driver_bytes']):>12}")
-        out.append(f"  = PyTorch reserved            {format_bytes(row['reserved_bytes']):>12}")
-        out.append(f"  + outside PyTorch, itemised   {format_bytes(row['outside_bytes']):>12}")
         modules = (f"; {led['modules_loaded']} kernel modules loaded while tracking, "
                    f"{format_bytes(led['module_bytes'])} of code" if led.get("modules_loaded") else "")
-        out.append(f"  + CUDA context                {format_bytes(row['context_bytes']):>12}"
-                   f"  (at the first reading, with anything made before tracking{modules})")
-        out.append(f"  + unexplained                 {_signed(row['unexplained_bytes']):>12}")
+        width = max(len(source) + 9, 30)
+        lines = [(f"driver ({source})", format_bytes(row["driver_bytes"]), ""),
+                 ("= PyTorch reserved", format_bytes(row["reserved_bytes"]), ""),
+                 ("+ outside PyTorch, itemised", format_bytes(row["outside_bytes"]), ""),
+                 ("+ CUDA context", format_bytes(row["context_bytes"]),
+                  f"  (at the first reading, with anything made before tracking{modules})"),
+                 ("+ unexplained", _signed(row["unexplained_bytes"]), "")]
+        for label, value, note in lines:
+            out.append(f"  {label:<{width}} {value:>10}{note}")
         if led.get("other_processes"):
             out.append(f"  other processes on the device: {led['other_processes']}")
     if led["itemised"]:
