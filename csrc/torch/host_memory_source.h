@@ -1,4 +1,4 @@
-// host_memory_source.h — the host's resident set at every phase boundary, for the three layers
+// host_memory_source.h — the host's resident set at every phase end, for the three layers
 // of ridgescope/host_memory.h (docs/forensics.md, "Host memory: the three layers").
 //
 // record_now() reads /proc/self/status (VmRSS, RssAnon, RssFile, RssShmem), glibc's allocator

@@ -3,7 +3,8 @@
 // allocator keeps free, and everything else, with everything else itemised and its remainder
 // named.
 //
-// The readings (HostReading) are taken at every phase boundary by the session
+// The readings (HostReading) are taken when tracking starts, at every phase end and when it
+// stops, by the session
 // (csrc/torch/host_memory_source.cpp) and written as CPU `sample` events under the keys below;
 // the analysis decomposes each reading with decompose_host_memory(). Every figure but the
 // remainder is measured:

@@ -6,7 +6,7 @@
 //                  context (and whatever existed before tracking) + the unexplained remainder;
 //   host memory:   the resident set = PyTorch's live CPU blocks (resident part) + the C
 //                  allocator's slack + everything else (files, shared memory, other heap users,
-//                  remainder), at every phase boundary (ridgescope/host_memory.h).
+//                  remainder), at every phase end (ridgescope/host_memory.h).
 //
 // Produced by analyze_trace(); serialised in the report's `device_ledger` and `host_memory`
 // sections (docs/report_schema.md). All figures are bytes; times are nanoseconds since the

@@ -358,7 +358,7 @@ def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer
     cuBLAS, any library's cudaMalloc or cuMem* calls) with CUPTI, by library, for the report's
     device ledger (docs/gpu.md); CUPTI takes one subscriber, so pass ``cupti=False`` to run
     torch.profiler or Nsight inside the block. ``host_memory`` (on by default) reads the
-    process's resident set at every phase boundary and splits it into PyTorch's CPU tensors,
+    process's resident set at every phase end and splits it into PyTorch's CPU tensors,
     the C allocator's slack and everything else (docs/forensics.md). Raises
     RidgescopeError for a nested session or an unwritable path, TypeError for a model or
     optimizer of the wrong type, ValueError for an unknown ``stacks``.
