@@ -95,14 +95,17 @@ void DeviceLedgerBuilder::commit(Track& t, std::uint64_t driver, std::uint64_t t
   row.driver_bytes = driver;
   row.reserved_bytes = reserved;
   row.outside_bytes = outside_;
-  const auto clamp = [](std::uint64_t v) { return static_cast<std::int64_t>(std::min<std::uint64_t>(v, INT64_MAX)); };
   if (!t.context_known) {  // the first reading: what the driver holds beyond PyTorch and CUPTI's groups
     t.context_known = true;
-    const std::uint64_t known = reserved + outside_;
+    const std::uint64_t known = reserved > UINT64_MAX - outside_ ? UINT64_MAX : reserved + outside_;
     t.context = driver > known ? driver - known : 0;
   }
   row.context_bytes = t.context;
-  row.unexplained_bytes = clamp(driver) - clamp(reserved) - clamp(outside_) - clamp(t.context);
+  // Signed, and saturated: a corrupt trace may carry readings near 2^64.
+  const __int128 unexplained = static_cast<__int128>(driver) - reserved - outside_ - t.context;
+  row.unexplained_bytes = unexplained > INT64_MAX ? INT64_MAX
+                          : unexplained < INT64_MIN ? INT64_MIN
+                                                    : static_cast<std::int64_t>(unexplained);
   ++t.readings;
   if (kind == nvml_sample::kBoundary) {
     if (t.rows.size() < DeviceLedgerReport::kMaxRows) t.rows.push_back(row); else ++t.rows_dropped;
