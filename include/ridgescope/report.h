@@ -18,6 +18,7 @@
 #include "ridgescope/event.h"
 #include "ridgescope/forensics.h"
 #include "ridgescope/ledger.h"
+#include "ridgescope/memory_layers.h"
 #include "ridgescope/stack.h"
 
 namespace ridgescope {
@@ -381,6 +382,11 @@ struct Report {
   std::optional<SnapshotImport> snapshot;  // set when built from a torch memory snapshot
   std::vector<ReportFrame> frames;         // frames the sites, stacks and verdicts refer to
   std::optional<RetainedGrowth> retained;  // set when bytes kept across steps grow
+  // The two ledgers beside the composition (ridgescope/memory_layers.h): the process's resident
+  // set in three layers (set when the trace has host samples) and, for a CUDA device, the
+  // driver's figure reconciled with reserved bytes and the allocations outside PyTorch.
+  std::optional<HostMemoryReport> host_memory;
+  std::optional<DeviceLedgerReport> device_ledger;
 
   // The report as JSON (docs/report_schema.md), and written to a file (throws
   // std::runtime_error naming the path when it cannot be written).

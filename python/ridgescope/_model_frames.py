@@ -13,7 +13,7 @@ a module (``train.py:9``).
 The locals of a function's frame are read without ``frame.f_locals``: on Python 3.11 and 3.12
 that makes a snapshot the frame keeps until it returns, which would keep tensors alive that the
 script has dropped, and change the memory being measured. ``_C.frame_locals`` reads them in
-place (csrc/torch/python_locals.h); on 3.13 ``f_locals`` is a view without a snapshot. Where
+place (csrc/torch_python/python_locals.h); on 3.13 ``f_locals`` is a view without a snapshot. Where
 neither is available, only module globals are read (and ``locals_status`` says why).
 
 The scan is bounded (frames, names per frame, attributes per object, elements per list) and

@@ -67,7 +67,8 @@ class Session:
                  optimizer: torch.optim.Optimizer | None = None,
                  out: str | os.PathLike[str] | None = None, *, activations: bool = True,
                  capacity: int | str | None = None, driver_view: bool | None = None,
-                 cuda: bool | None = None, stacks: str | None = "site") -> None:
+                 cuda: bool | None = None, stacks: str | None = "site", cupti: bool | None = None,
+                 host_memory: bool = True) -> None:
         if stacks is not None and stacks not in STACK_MODES:
             raise ValueError(f"ridgescope.track: stacks must be one of {', '.join(map(repr, STACK_MODES))} "
                              f"or None, got {stacks!r}")
@@ -93,6 +94,11 @@ class Session:
         self._cuda = cuda
         # The CUDA source: None = not started; "" = CUDA blocks tracked; else why not.
         self.cuda_status: str | None = None
+        # The CUPTI source (memory outside PyTorch, docs/gpu.md): None = not started; "" =
+        # itemised; else why not. Started with the CUDA source unless cupti=False.
+        self._cupti = cupti
+        self.cupti_status: str | None = None
+        self._host_memory = host_memory
         self._native: Any = None
         self._instr: Instrumentation | None = None
         self._report: Report | None = None
@@ -112,7 +118,8 @@ class Session:
             mode = self.stacks or "none"
             self.sites_status = _configure_sites() if mode != "none" else ""
             try:
-                self._native = _C.Session(str(self.path), self.capacity or 0, mode)
+                self._native = _C.Session(str(self.path), self.capacity or 0, mode,
+                                          host_memory=self._host_memory)
             except RuntimeError as exc:
                 raise RidgescopeError(str(exc).removeprefix("ridgescope: ")) from None
             _active = self
@@ -172,6 +179,12 @@ class Session:
         if self.cuda_status:
             print(f"ridgescope: CUDA memory is not tracked block by block: {self.cuda_status}",
                   file=sys.stderr)
+        if self._cupti is not False:
+            # Memory outside PyTorch, by library (one warning when CUPTI is missing or refused;
+            # the report says the layer is not itemised).
+            self.cupti_status = self._native.start_cupti()
+            if self.cupti_status:
+                print(f"ridgescope: {self.cupti_status}", file=sys.stderr)
         if self._instr is not None and not self.capacity:
             device = torch.cuda.current_device()
             total = torch.cuda.get_device_properties(device).total_memory
@@ -284,7 +297,8 @@ def oom_explanation(data: dict[str, Any], path: Path) -> str | None:
 def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
           out: str | os.PathLike[str] | None = None, *, activations: bool = True,
           capacity: int | str | None = None, driver_view: bool | None = None,
-          cuda: bool | None = None, stacks: str | None = "site") -> Session:
+          cuda: bool | None = None, stacks: str | None = "site", cupti: bool | None = None,
+          host_memory: bool = True) -> Session:
     """Tracks memory while the ``with`` block runs::
 
         with rs.track(model=model, optimizer=opt, out="run.rstrace") as session:
@@ -309,12 +323,19 @@ def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer
     (docs/sites.md): ``"site"`` (the default) records the innermost frame of your code
     (file:line and function, skipping torch, ridgescope and the standard library) or, in
     backward, the autograd node and its module; ``"python"`` the whole Python stack;
-    ``"all"`` native frames too (slow: for a few steps); ``None`` nothing. Raises
+    ``"all"`` native frames too (slow: for a few steps); ``None`` nothing. ``cupti`` (on by
+    default wherever CUDA is tracked) itemises device memory allocated outside PyTorch (NCCL,
+    cuBLAS, any library's cudaMalloc or cuMem* calls) with CUPTI, by library, for the report's
+    device ledger (docs/gpu.md); CUPTI takes one subscriber, so pass ``cupti=False`` to run
+    torch.profiler or Nsight inside the block. ``host_memory`` (on by default) reads the
+    process's resident set at every phase end and splits it into PyTorch's CPU tensors,
+    the C allocator's slack and everything else (docs/forensics.md). Raises
     RidgescopeError for a nested session or an unwritable path, TypeError for a model or
     optimizer of the wrong type, ValueError for an unknown ``stacks``.
     """
     return Session(model, optimizer, out, activations=activations, capacity=capacity,
-                   driver_view=driver_view, cuda=cuda, stacks=stacks)
+                   driver_view=driver_view, cuda=cuda, stacks=stacks, cupti=cupti,
+                   host_memory=host_memory)
 
 
 @contextlib.contextmanager

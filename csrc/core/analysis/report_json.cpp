@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "json_writer.h"
+#include "memory_layers_json.h"
 #include "model_list.h"
 #include "ridgescope/phase.h"
 #include "ridgescope/report.h"
@@ -475,6 +476,7 @@ std::string report_to_json(const Report& r) {
     w.end_array();
     w.end_object();
   }
+  detail::write_memory_layers(w, r);  // host_memory, device_ledger
   w.end_object();
   return w.take();
 }

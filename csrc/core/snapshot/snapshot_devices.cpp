@@ -94,6 +94,8 @@ std::map<int, std::uint64_t> snapshot_devices(const PickleValue& root, std::uint
   if (segments != nullptr && segments->is_list_like()) {
     for (const PickleValue& s : segments->list()) {
       if (!s.is_dict()) continue;
+      // a ridgescope export's memory outside PyTorch is not one of the allocator's segments
+      if (outside_pytorch(s)) continue;
       std::uint64_t d = 0;
       if (const PickleValue* v = s.get("device"); v != nullptr && !v->to_uint64(&d)) continue;
       if (d >= kMaxDevices) too_many_devices(d);

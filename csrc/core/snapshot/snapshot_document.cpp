@@ -92,7 +92,7 @@ void SnapshotDocument::read_end_segments(const PickleValue& segments) {
     if (const PickleValue* d = s.get("device"); d != nullptr && !d->to_uint64(&segment_device)) {
       snapshot_content_error(where + "['device'] must be an int, got " + pickle_type_of(*d));
     }
-    if (segment_device != device_index) continue;
+    if (segment_device != device_index || outside_pytorch(s)) continue;
     const std::uint64_t address = uint_field(s, "address", where);
     const std::uint64_t total = uint_field(s, "total_size", where);
     if (const PickleValue* x = s.get("is_expandable"); x != nullptr && x->type == PickleValue::Type::Bool && x->boolean) {

@@ -37,7 +37,7 @@ void SnapshotEmitter::run() {
     const SnapshotEntry& e = doc_.entries[i];
     phases_.emit_marks_through(*this, i);
     if (e.action == EntryAction::Other) {
-      ++ignored_entries_;
+      if (!e.outside) ++ignored_entries_;
       continue;
     }
     if (!doc_.ours) phases_.emit_torch_marks_before(*this, e.time_us);

@@ -101,12 +101,21 @@ const SnapshotFrames* FramesCache::read(const PickleValue& d, const std::string&
   return (it->second = std::move(out)).get();
 }
 
+bool outside_pytorch(const PickleValue& v) {
+  const PickleValue* m = v.is_dict() ? v.get("ridgescope_outside_pytorch") : nullptr;
+  return m != nullptr && m->type == PickleValue::Type::Bool && m->boolean;
+}
+
 SnapshotEntry read_entry(const PickleValue& t, const std::string& where, VisitBudget& budget, FramesCache& frames) {
   if (!t.is_dict()) snapshot_content_error(where + " must be a dict, got " + pickle_type_of(t));
   SnapshotEntry e;
   const std::string_view action = str_field(t, "action", where);
   e.action = parse_entry_action(action);
   e.legacy_free = action == "free";
+  if (outside_pytorch(t)) {
+    e.action = EntryAction::Other;
+    e.outside = true;
+  }
   if (e.action == EntryAction::Other) return e;
   if (e.action == EntryAction::Oom) {
     e.device_free = opt_uint(t, "device_free", where).value_or(0);

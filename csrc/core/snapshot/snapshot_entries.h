@@ -51,7 +51,13 @@ struct SnapshotEntry {
   std::optional<std::string_view> category;
   std::string_view phase, label, module;  // from a dict user_metadata
   std::optional<bool> category_inferred;
+  bool outside = false;  // a ridgescope export's memory outside PyTorch (not the allocator's)
 };
+
+// ridgescope's exports mark device memory allocated outside PyTorch (its own segments and
+// entries, category non_pytorch, for memory_viz; snapshot_writer.cpp): it is not the
+// allocator's, so the replay skips it.
+bool outside_pytorch(const PickleValue& v);
 
 // A block the snapshot shows live: at the end (its segments) or, found by the prescan, before
 // the first entry.

@@ -29,7 +29,7 @@ _PLACEHOLDER = re.compile(r"\{\{([A-Z]+)\}\}")
 # A page's script: these modules of _html_assets/, in order, inside one function (one scope, no
 # globals). common.js holds what both pages draw alike (category colours, byte formatting).
 REPORT_SCRIPTS = ("common.js", "report_base.js", "report_cards.js", "report_tables.js",
-                  "report_chart.js", "report_sites.js", "report_main.js")
+                  "report_chart.js", "report_sites.js", "report_ledgers.js", "report_main.js")
 RANKS_SCRIPTS = ("common.js", "ranks.js")
 
 

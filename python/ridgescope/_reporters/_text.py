@@ -5,6 +5,7 @@ from typing import Any
 
 from .. import _C
 from .._format import format_bytes, format_count
+from ._ledgers_text import device_ledger_lines, ledger_lines
 from ._snapshot_text import device_summary, reason_lines
 from ._distributed_text import text_lines as distributed_text_lines
 
@@ -159,6 +160,10 @@ def render_explain(d: dict[str, Any], request: int | None = None) -> str:
     if retained:
         out.append("")
         out.extend(retained)
+    ledger = device_ledger_lines(d)
+    if ledger:
+        out.append("")
+        out.extend(ledger[:-1])
     if request is not None:
         out.append("")
         out.extend(render_free_space(d, request))
@@ -353,6 +358,7 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
         out.append("")
 
     out.extend(_pool_lines(d))
+    out.extend(ledger_lines(d))  # the device ledger and the host's resident set
 
     if d["ooms"]:
         cap = d.get("device_capacity_bytes")

@@ -273,11 +273,31 @@ void write_step(TraceBuilder& t) {
                       .oom_device_free_bytes = 1 << 20});
 }
 
-// The same step on a CUDA device, with segments.
+// The same step on a CUDA device, with segments, memory outside PyTorch (format 3: CUPTI's
+// external allocations), the driver's readings (the device ledger) and host samples.
 void write_cuda_step(TraceBuilder& t) {
+  t.metadata("cupti_source", R"({"available":true,"reason":""})");
   t.at(500).segment(0x7f0000000000, 2 << 20);
+  t.sample("nvml_total_bytes", 8ull << 30).sample("nvml_used_bytes", 1 << 30).sample("nvml_process_count", 1);
+  t.sample("nvml_process_used_bytes", 1 << 29).sample("nvml_reading", 1);
   t.alloc(0x7f0000000000, 512).tag(0x7f0000000000, Category::Parameter, "w");
-  t.at(900).begin("forward").alloc(0x7f0000000200, 1024).free(0x7f0000000200).end("forward").step(0);
+  t.external_alloc(0x7f1000000000, 4 << 20, "libnccl.so.2", 5);
+  t.at(900).begin("forward").alloc(0x7f0000000200, 1024).free(0x7f0000000200);
+  t.external_alloc(0x7f2000000000, 8192, "libcublas.so.13", 1).external_free(0x7f2000000000, 8192, 1);
+  Event host;  // a host reading (CPU samples), as host_memory_source writes it
+  host.kind = EventKind::Sample;
+  host.time_ns = 950;
+  for (const auto& [key, value] : {std::pair<const char*, std::uint64_t>{"host_torch_allocated_bytes", 4096},
+                                   {"host_torch_resident_bytes", 4096}, {"host_malloc_in_use_bytes", 1 << 20},
+                                   {"host_malloc_free_bytes", 4096}, {"host_rss_anon_bytes", 2 << 20},
+                                   {"host_rss_file_bytes", 1 << 20}, {"host_rss_shmem_bytes", 0},
+                                   {"host_resident_bytes", 3 << 20}}) {
+    host.string_id = t.recorder().intern(key);
+    host.value = value;
+    t.recorder().record_timed(host);
+  }
+  t.end("forward").step(0);
+  t.sample("nvml_used_bytes", 1 << 30).sample("nvml_process_used_bytes", 1 << 29).sample("nvml_reading", 1);
   t.close();
 }
 
@@ -454,7 +474,11 @@ Script read_script(const std::string& path) {
 void mutate_event(Event& e, Rng& rng, const std::vector<Event>& all) {
   const Event& other = all[rng.below(all.size())];
   switch (rng.below(10)) {
-    case 0: e.kind = static_cast<EventKind>(1 + rng.below(10)); break;  // Alloc .. Sample
+    case 0: {  // Alloc .. Sample, ExternalAlloc, ExternalFree
+      const std::uint64_t k = rng.below(12);
+      e.kind = static_cast<EventKind>(k < 10 ? 1 + k : 3 + k);
+      break;
+    }
     case 9: e.stack_id = static_cast<std::uint32_t>(rng.chance(70) ? rng.below(6) : rng.next()); break;
     case 1: e.addr = rng.chance(50) ? other.addr : interesting(rng); break;
     case 2: e.bytes = interesting(rng); break;
