@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .distributed._tracking import local_bytes, local_numel
+from .distributed._tensors import local_bytes, local_numel
 
 # Optimizer state tensors per parameter, by optimizer class name, as a function of its
 # hyperparameters (a param group's defaults). Scalar counters (Adam's `step`) are not counted:

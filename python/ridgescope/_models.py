@@ -524,7 +524,7 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 def _describe(entry: ModelEntry, params: list[torch.Tensor], buffers: list[torch.Tensor]) -> dict[str, Any]:
-    from .distributed._tracking import local_tensor
+    from .distributed._tensors import local_tensor
     trainable = [p for p in params if p.requires_grad]
     dtypes = Counter(str(p.dtype).replace("torch.", "") for p in params)
     return {

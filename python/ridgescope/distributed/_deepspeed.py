@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import torch
 
-from ._tracking import StorageMemo, local_numel
+from ._tensors import StorageMemo, local_numel
 
 def _class(module: str, name: str) -> Any:
     # Never imported here: deepspeed's import is slow and has side effects. An engine that

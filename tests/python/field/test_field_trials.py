@@ -83,10 +83,17 @@ def trial(request, tmp_path_factory):
     return name, plain, tracked, truth, report
 
 
+def losses(stdout: str) -> list[str]:
+    """The script's loss lines (printed with repr: every bit). Other output can differ between
+    the two in-process runs for reasons outside the script: a library imported by the first run
+    (DeepSpeed, through accelerate, when installed) logs its start-up only once per process."""
+    return [line for line in stdout.splitlines() if "loss" in line]
+
+
 def test_losses_are_bitwise_identical_to_the_untracked_run(trial):
     name, plain, tracked, *_ = trial
-    assert plain.count("loss") >= 3
-    assert tracked == plain
+    assert len(losses(plain)) >= 3
+    assert losses(tracked) == losses(plain)
 
 
 def test_every_model_is_listed_by_its_name_with_its_exact_bytes(trial):
