@@ -59,8 +59,10 @@ if ! "$py" -c "import numpy" 2>/dev/null; then
   log "installing numpy"
   "$py" -m pip install -q --disable-pip-version-check numpy
 fi
-# The test tools (--tests only).
-if ((tests)); then
+# The test tools (--tests only), installed while step 4 compiles: pip mostly waits on the disk
+# and the network, the compiler on the cores. pip touches neither torch, setuptools nor
+# ridgescope here (torch is held by a constraint; the others are already satisfied).
+install_test_tools() {
   if ! "$py" -c "import pytest" 2>/dev/null; then
     log "installing pytest"
     "$py" -m pip install -q --disable-pip-version-check pytest
@@ -90,6 +92,13 @@ if ((tests)); then
     "$py" -m pip install -q --disable-pip-version-check -c "$torch_pin" "${integrations[@]}"
     rm -f "$torch_pin"
   fi
+}
+tools_pid=""
+if ((tests)); then
+  tools_log=build/setup-test-tools.log
+  mkdir -p build
+  install_test_tools > "$tools_log" 2>&1 &
+  tools_pid=$!
 fi
 
 # 4. Build and install ridgescope (editable) when its native sources changed.
@@ -101,5 +110,9 @@ if [[ ! -f "$stamp_file" || "$(cat "$stamp_file")" != "$stamp" ]] || ! "$py" -c 
   CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$py" -m pip install -q --disable-pip-version-check \
     --no-build-isolation --no-deps -e .
   echo "$stamp" > "$stamp_file"
+fi
+if [[ -n "$tools_pid" ]]; then
+  wait "$tools_pid" || { cat "$tools_log" >&2; log "installing the test tools failed (above)"; exit 1; }
+  grep -h '^\[setup' "$tools_log" >&2 || true
 fi
 log "ready: $("$py" -c 'import ridgescope, torch; print("ridgescope", ridgescope.__version__, "with torch", torch.__version__)')"

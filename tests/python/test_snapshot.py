@@ -25,6 +25,7 @@ from torch.cuda import _memory_viz
 import ridgescope as rs
 from conftest import make_gpt, train
 import models
+from inprocess_cli import ridgescope
 
 # Opcodes the unpickler of torch/utils/viz/MemoryViz.js (pytorch.org/memory_viz) handles: every
 # `case` of its `unpickle` switch. Anything else throws "UNKNOWN OPCODE" in the browser.
@@ -37,9 +38,6 @@ MEMORY_VIZ_JS_OPCODES = {
 }
 
 
-def ridgescope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ridgescope.cli", *args],
-                          capture_output=True, text=True, timeout=180)
 
 
 @pytest.fixture(scope="module")

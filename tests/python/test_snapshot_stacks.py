@@ -8,14 +8,13 @@ each allocation, and the bytes of the blocks live at the peak."""
 from __future__ import annotations
 
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import ridgescope as rs
 from snapshot_builder import FORWARD, USER, SnapshotBuilder
+from inprocess_cli import ridgescope
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "snapshots"
 TRAINING = ["JasperSolt__EoR_NN__snapshot.pickle",
@@ -94,8 +93,7 @@ def test_report_group_by_stack_lists_the_stacks_largest_first_with_categories(tm
     path = training_snapshot(tmp_path)
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "ridgescope", "report", str(path), *args],
-                              capture_output=True, text=True, timeout=120)
+        return ridgescope("report", str(path), *args)
     out = cli("--group-by", "stack")
     assert out.returncode == 0, out.stderr
     text = out.stdout
@@ -177,8 +175,7 @@ def test_diff_compares_the_peak_stack_by_stack(tmp_path):
         b.end("backward")
         return b.write(tmp_path / name)
     a, b = snapshot(False, "a.pickle"), snapshot(True, "b.pickle")
-    out = subprocess.run([sys.executable, "-m", "ridgescope", "diff", str(a), str(b), "--format", "json"],
-                         capture_output=True, text=True, timeout=120)
+    out = ridgescope("diff", str(a), str(b), "--format", "json")
     assert out.returncode == 0, out.stderr
     rows = __import__("json").loads(out.stdout)["stacks"]
     assert rows[0]["a"] == 0 and rows[0]["b"] == 12288 and rows[0]["change"] == 12288
@@ -186,7 +183,6 @@ def test_diff_compares_the_peak_stack_by_stack(tmp_path):
     assert rows[0]["by_category"] == {"activation": {"a": 0, "b": 12288}}
     assert all(r["change"] == 0 and r["a"] == r["b"] > 0 for r in rows[1:])
     assert sorted(r["a"] for r in rows[1:]) == [4096, 8192, 40960]
-    text = subprocess.run([sys.executable, "-m", "ridgescope", "diff", str(a), str(b)],
-                          capture_output=True, text=True, timeout=120).stdout
+    text = ridgescope("diff", str(a), str(b)).stdout
     assert "Per allocation stack at the peak (largest changes first):" in text
     assert "+12.0 KiB  model.py:10 in forward from extra.py:11 in keep  [activation]" in text
