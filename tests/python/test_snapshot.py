@@ -173,7 +173,7 @@ class CreatesAFile:
         return (open, (self.path, "w"))
 
 
-@pytest.mark.parametrize("protocol", [2, 3, 4])
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
 def test_a_reduce_payload_is_refused_and_never_runs(tmp_path, protocol):
     marker = tmp_path / "payload-ran"
     payload = pickle.dumps({"segments": [], "device_traces": [[CreatesAFile(marker)]]},
@@ -196,8 +196,8 @@ def test_a_reduce_payload_is_refused_and_never_runs(tmp_path, protocol):
 
 
 @pytest.mark.parametrize("obj,message", [
-    ({"segments": [b"bytes"]}, "BINBYTES"),
-    ({"segments": {1, 2}}, "EMPTY_SET"),
+    ({"segments": [b"bytes"]}, r"segments\[0\] must be a dict, got bytes"),
+    ({"segments": {1, 2}}, "'segments' must be a list, got set"),
     ({"segments": "not a list"}, "'segments' must be a list, got str"),
     ({"device_traces": [[{"action": "alloc", "addr": "0x10", "size": 4}]]},
      r"device_traces\[0\]\[0\]\['addr'\] must be an int, got str"),
@@ -213,13 +213,6 @@ def test_wrong_types_and_missing_keys_get_a_clear_error(tmp_path, obj, message):
     path = tmp_path / "bad.pickle"
     path.write_bytes(pickle.dumps(obj, protocol=4))
     with pytest.raises(rs.TraceFormatError, match=message):
-        rs.load(path)
-
-
-def test_protocol_5_is_refused(tmp_path):
-    path = tmp_path / "p5.pickle"
-    path.write_bytes(pickle.dumps({"segments": [], "device_traces": []}, protocol=5))
-    with pytest.raises(rs.TraceFormatError, match="protocol 5 is not supported"):
         rs.load(path)
 
 

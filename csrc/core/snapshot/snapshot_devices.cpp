@@ -55,16 +55,19 @@ class TempTrace {
 };
 
 
+// The file's bytes and the tree read from them (its strings point into the bytes, which are held
+// by pointer so that moving this never moves them).
 struct ParsedSnapshot {
-  std::string bytes;
+  std::unique_ptr<const std::string> file;
   detail::PickleResult parsed;
+  std::uint64_t size() const { return file->size(); }
 };
 
 ParsedSnapshot parse_snapshot(const std::string& pickle_path) {
   ParsedSnapshot p;
-  p.bytes = read_file(pickle_path);
+  p.file = std::make_unique<const std::string>(read_file(pickle_path));
   try {
-    p.parsed = detail::parse_pickle(p.bytes);
+    p.parsed = detail::parse_pickle(*p.file);
   } catch (const detail::PickleError& e) {
     throw SnapshotError("'" + pickle_path + "' is not a readable snapshot pickle: " + e.what(), e.offset());
   }
@@ -139,7 +142,7 @@ SnapshotImport convert(const ParsedSnapshot& p, const std::string& trace_path, c
                        std::uint64_t* peak_bytes = nullptr) {
   Recorder rec(trace_path);
   SnapshotImport info =
-      detail::replay_snapshot_device(p.parsed.root, p.parsed.protocol, p.bytes.size(), options, rec, peak_bytes);
+      detail::replay_snapshot_device(p.parsed.root, p.parsed.protocol, p.size(), options, rec, peak_bytes);
   rec.close();
   if (rec.failed()) throw SnapshotError("cannot write the replayed trace '" + trace_path + "': " + rec.error(), 0);
   return info;
@@ -176,7 +179,7 @@ bool looks_like_pickle(const std::string& path) {
 SnapshotImport snapshot_to_trace(const std::string& pickle_path, const std::string& trace_path,
                                  const SnapshotReadOptions& options) {
   const ParsedSnapshot p = parse_snapshot(pickle_path);
-  const std::vector<int> devices = devices_to_replay(snapshot_devices(p.parsed.root, p.bytes.size()), options);
+  const std::vector<int> devices = devices_to_replay(snapshot_devices(p.parsed.root, p.size()), options);
   SnapshotReadOptions chosen = options;
   chosen.device_index = devices.front();
   if (devices.size() > 1) {  // the device whose live bytes peak highest
@@ -210,8 +213,8 @@ Report analyze_snapshot(const std::string& pickle_path, const AnalysisOptions& a
   std::uint64_t file_bytes = 0;
   {
     const ParsedSnapshot p = parse_snapshot(pickle_path);
-    file_bytes = p.bytes.size();
-    held = snapshot_devices(p.parsed.root, p.bytes.size());
+    file_bytes = p.size();
+    held = snapshot_devices(p.parsed.root, p.size());
     for (int d : devices_to_replay(held, options)) {
       auto temp = std::make_unique<TempTrace>();
       SnapshotReadOptions o = options;

@@ -79,7 +79,7 @@ const SnapshotFrames* FramesCache::read(const PickleValue& d, const std::string&
   if (!v->is_list_like()) snapshot_content_error(where + "['frames'] must be a list, got " + pickle_type_of(*v));
   budget.take(v->list().size(), where, "['frames']");
   if (v->list().empty()) return &kNoFrames;
-  auto [it, inserted] = lists_.try_emplace(v->items.get());
+  auto [it, inserted] = lists_.try_emplace(v->identity());
   if (!inserted) return it->second.get();
   auto out = std::make_unique<SnapshotFrames>();
   out->reserve(v->list().size());
