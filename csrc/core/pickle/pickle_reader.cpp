@@ -9,8 +9,6 @@
 namespace ridgescope::detail {
 namespace {
 
-const std::vector<PickleValue> kEmptyValues;
-
 std::string hex_byte(unsigned char op) {
   static const char* digits = "0123456789abcdef";
   std::string s = "0x";
@@ -24,7 +22,7 @@ constexpr int kMaxProtocol = 5;
 class Parser {
  public:
   Parser(std::string_view bytes, const PickleLimits& limits)
-      : b_(bytes), limits_(limits), arena_(std::make_unique<std::deque<PickleContainer>>()) {}
+      : b_(bytes), limits_(limits), arena_(std::make_unique<PickleArena>()) {}
 
   PickleResult run() {
     if (b_.empty()) fail("empty file: not a pickle", 0);
@@ -119,7 +117,7 @@ class Parser {
           stack_.pop_back();
           PickleContainer& c = add_to(stack_.back(), PickleValue::Type::List, "APPEND", at);
           note_child(c, v, at);
-          c.values.push_back(v);
+          append(c, &v, 1);
           break;
         }
         case 'e':    // APPENDS
@@ -140,8 +138,8 @@ class Parser {
           check_key(k, at);
           PickleContainer& c = add_to(stack_.back(), PickleValue::Type::Dict, "SETITEM", at);
           note_child(c, v, at);
-          c.values.push_back(k);
-          c.values.push_back(v);
+          const PickleValue kv[2] = {k, v};
+          append(c, kv, 2);
           break;
         }
         case 'u': {  // SETITEMS
@@ -320,7 +318,7 @@ class Parser {
     count_value(at);
     PickleValue v;
     v.type = type;
-    v.items = &arena_->emplace_back();
+    v.items = &arena_->new_container();
     return v;
   }
 
@@ -368,11 +366,27 @@ class Parser {
     }
   }
 
-  // Moves the stack's values from `mark` on into `c` (the first batch sized exactly; later ones grow).
+  // Adds `n` values to `c`: in place while its block has room, else into a block twice as large
+  // (the first batch gets a block of exactly its size: most containers have one batch).
+  void append(PickleContainer& c, const PickleValue* v, std::size_t n) {
+    if (n == 0) return;
+    if (c.size + n > UINT32_MAX) fail("a container with more than 2^32 values", pos_);
+    if (c.size + n > c.capacity) {
+      const std::size_t capacity = c.size == 0 ? n : std::max<std::size_t>(c.size + n, 2 * std::size_t{c.capacity});
+      const std::size_t room = std::min<std::size_t>(capacity, UINT32_MAX);
+      PickleValue* block = arena_->take(room);
+      if (c.size > 0) std::memcpy(static_cast<void*>(block), c.values, c.size * sizeof(PickleValue));
+      c.values = block;
+      c.capacity = static_cast<std::uint32_t>(room);
+    }
+    std::memcpy(static_cast<void*>(c.values + c.size), v, n * sizeof(PickleValue));
+    c.size += static_cast<std::uint32_t>(n);
+  }
+
+  // Moves the stack's values from `mark` on into `c`.
   void append_items(PickleContainer& c, std::size_t mark, std::size_t at) {
     for (std::size_t i = mark; i < stack_.size(); ++i) note_child(c, stack_[i], at);
-    if (c.values.empty()) c.values.reserve(stack_.size() - mark);
-    c.values.insert(c.values.end(), stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
+    append(c, stack_.data() + mark, stack_.size() - mark);
     stack_.resize(mark);
   }
 
@@ -417,7 +431,7 @@ class Parser {
 
   std::string_view b_;
   const PickleLimits& limits_;
-  std::unique_ptr<std::deque<PickleContainer>> arena_;
+  std::unique_ptr<PickleArena> arena_;
   std::size_t pos_ = 0;
   int protocol_ = 0;
   std::uint64_t values_ = 0;
@@ -447,25 +461,37 @@ bool PickleValue::to_uint64(std::uint64_t* out) const noexcept {
   return true;
 }
 
-const std::vector<PickleValue>& PickleValue::list() const noexcept {
-  return is_list_like() ? items->values : kEmptyValues;
-}
+PickleSpan PickleValue::list() const noexcept { return is_list_like() ? items->span() : PickleSpan(); }
 
-const std::vector<PickleValue>& PickleValue::set() const noexcept {
-  return type == Type::Set ? items->values : kEmptyValues;
-}
+PickleSpan PickleValue::set() const noexcept { return type == Type::Set ? items->span() : PickleSpan(); }
 
 PickleDictView PickleValue::dict() const noexcept {
   if (!is_dict()) return PickleDictView(nullptr, 0);
-  return PickleDictView(items->values.data(), items->values.size() / 2);
+  return PickleDictView(items->values, items->size / 2);
+}
+
+PickleValue* PickleArena::take(std::size_t n) {
+  if (n > left_) {
+    constexpr std::size_t kChunkValues = 1 << 16;  // 1 MiB
+    const std::size_t size = std::max(n, kChunkValues);
+    // Uninitialised: values are copied in (PickleValue is trivially copyable, an implicit-lifetime type).
+    chunks_.emplace_back(new std::byte[size * sizeof(PickleValue)]);
+    chunk_bytes_ += size * sizeof(PickleValue);
+    next_ = reinterpret_cast<PickleValue*>(chunks_.back().get());
+    left_ = size;
+  }
+  PickleValue* out = next_;
+  next_ += n;
+  left_ -= n;
+  return out;
 }
 
 std::uint32_t PickleValue::depth() const noexcept { return is_container() ? items->depth : 0; }
 
 const PickleValue* PickleValue::get(std::string_view key) const noexcept {
   if (!is_dict()) return nullptr;
-  const std::vector<PickleValue>& v = items->values;
-  for (std::size_t i = 0; i + 1 < v.size(); i += 2) {
+  const PickleValue* v = items->values;
+  for (std::size_t i = 0; i + 1 < items->size; i += 2) {
     const PickleValue& k = v[i];
     if (k.type == Type::Str && k.length == key.size() && std::memcmp(k.chars, key.data(), key.size()) == 0) {
       return &v[i + 1];

@@ -34,6 +34,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,9 @@ class PickleError : public std::runtime_error {
 
 struct PickleContainer;  // list, tuple, set or dict items (shared by memo references)
 class PickleDictView;
+struct PickleValue;
+
+class PickleSpan;
 
 struct PickleValue {
   enum class Type : std::uint8_t { None, Bool, Int, Float, Str, Bytes, List, Tuple, Set, Dict };
@@ -83,8 +87,8 @@ struct PickleValue {
   std::string_view bytes() const noexcept {
     return type == Type::Bytes ? std::string_view(chars, length) : std::string_view();
   }
-  const std::vector<PickleValue>& list() const noexcept;  // List or Tuple (empty for other types)
-  const std::vector<PickleValue>& set() const noexcept;   // Set (a frozenset too; empty for other types)
+  PickleSpan list() const noexcept;  // List or Tuple (empty for other types)
+  PickleSpan set() const noexcept;   // Set (a frozenset too; empty for other types)
   PickleDictView dict() const noexcept;                   // Dict (empty for other types)
   // The container's identity (equal for memo references to one container); nullptr for scalars.
   const void* identity() const noexcept { return is_container() ? items : nullptr; }
@@ -95,11 +99,49 @@ struct PickleValue {
   const PickleValue* get(std::string_view key) const noexcept;
 };
 static_assert(sizeof(PickleValue) == 16, "a pickle value is 16 bytes");
+static_assert(std::is_trivially_copyable_v<PickleValue> && std::is_trivially_destructible_v<PickleValue>);
+
+// A container's values: a contiguous, read-only range.
+class PickleSpan {
+ public:
+  PickleSpan() = default;
+  PickleSpan(const PickleValue* data, std::size_t size) : data_(data), size_(size) {}
+  const PickleValue* begin() const { return data_; }
+  const PickleValue* end() const { return data_ + size_; }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const PickleValue& operator[](std::size_t i) const { return data_[i]; }
+  const PickleValue& back() const { return data_[size_ - 1]; }
+
+ private:
+  const PickleValue* data_ = nullptr;
+  std::size_t size_ = 0;
+};
 
 struct PickleContainer {
-  std::vector<PickleValue> values;  // dicts: key, value, key, value, ... in file order
-  std::uint32_t depth = 1;          // 1 + the deepest child container
-  bool frozen = false;              // fetched from the memo: no more items may be added
+  PickleValue* values = nullptr;  // dicts: key, value, key, value, ... in file order; in the arena
+  std::uint32_t size = 0, capacity = 0;
+  std::uint32_t depth = 1;  // 1 + the deepest child container
+  bool frozen = false;      // fetched from the memo: no more items may be added
+  PickleSpan span() const { return PickleSpan(values, size); }
+};
+
+// Where a tree's containers and their values live: containers in a deque (they never move),
+// values in large chunks handed out in order (a container's values are contiguous; one that
+// grows past its block moves to a block twice as large). Freed all at once.
+class PickleArena {
+ public:
+  PickleContainer& new_container() { return containers_.emplace_back(); }
+  // Room for `n` values, contiguous, uninitialised.
+  PickleValue* take(std::size_t n);
+  std::uint64_t value_bytes() const { return chunk_bytes_; }  // bytes held for values
+
+ private:
+  std::deque<PickleContainer> containers_;
+  std::vector<std::unique_ptr<std::byte[]>> chunks_;
+  PickleValue* next_ = nullptr;
+  std::size_t left_ = 0;
+  std::uint64_t chunk_bytes_ = 0;
 };
 
 // A dict's items in file order, as (key, value) pairs of references.
@@ -146,8 +188,8 @@ struct PickleResult {
   PickleValue root;
   int protocol = 0;
   std::uint64_t values = 0;  // values created
-  // The containers of the tree (a deque: they never move).
-  std::unique_ptr<std::deque<PickleContainer>> arena;
+  // The containers of the tree and their values.
+  std::unique_ptr<PickleArena> arena;
 };
 
 // Parses a whole pickle held in memory. Throws PickleError naming the problem and the offset.

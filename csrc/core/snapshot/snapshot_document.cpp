@@ -39,9 +39,9 @@ SnapshotDocument::SnapshotDocument(const PickleValue& root, std::uint64_t file_b
     entries.reserve(list.list().size());
     std::size_t i = 0;
     for (const PickleValue& t : list.list()) {
-      const std::string where = "device_traces[" + std::to_string(device_index) + "][" + std::to_string(i++) + "]";
+      const Where where("device_traces", device_index, i++);
       budget_.take(1, where);
-      entries.push_back(read_entry(t, where, budget_, frames_));
+      entries.push_back(read_entry(t, where, budget_, frames_, extras_));
     }
   }
   has_segments = segments != nullptr;

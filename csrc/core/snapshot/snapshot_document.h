@@ -74,6 +74,7 @@ class SnapshotDocument {
   VisitBudget budget_;
   std::vector<std::string> device_names_;
   FramesCache frames_;  // every frames list read, once (entries and blocks point into it)
+  SnapshotExtras extras_;  // what entries carry beyond torch's fields (entries point into it)
 };
 
 }  // namespace ridgescope::detail
