@@ -342,8 +342,8 @@ def test_a_snapshot_written_the_way_pytorch_writes_it_gives_a_report_with_inferr
     # then the module's forward frame (the frame inside nn.Module._call_impl), and the rule.
     top = r["peak"]["top_blocks"][0]
     assert top["bytes"] == 40448 and top["category"] == "activation" and top["inferred"]
-    assert top["module"] == "train.py:13 main > linear.py:11 forward"
-    assert top["label"] == "activation in train.py:13 main > linear.py:11 forward [activation]"
+    assert top["module"] == "train.py:13 in main > linear.py:11 in forward"
+    assert top["label"] == "activation in train.py:13 in main > linear.py:11 in forward [activation]"
     assert any("inferred" in n for n in snap["notes"])
     out = ridgescope("report", str(path))
     assert out.returncode == 0, out.stderr
