@@ -67,6 +67,12 @@ bool is_library_file(std::string_view file, const CodeRoots* roots) noexcept {
   }
   if (starts_with(file, "torch/") || starts_with(file, "torch\\") || path_has(file, "/torch/")) return true;
   if (path_has(file, "-packages/ridgescope/") || path_has(file, "/torchinductor_")) return true;
+  // Installed packages that wrap a tensor operation, as torch.nn.functional does: the line
+  // that called them is the place to look (einops.einsum's own line is the same for every call).
+  for (std::string_view op_library : {"-packages/einops/", "-packages/opt_einsum/", "-packages/triton/",
+                                      "-packages/flash_attn/"}) {
+    if (path_has(file, op_library)) return true;
+  }
   return stdlib_by_path(file);
 }
 

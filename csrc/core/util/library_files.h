@@ -15,8 +15,11 @@
 //   * Python's standard library: `.../lib/pythonX.Y/...` (also `lib64`, a `t` build, Windows'
 //     `\Lib\`), frozen modules (`<frozen ...>`), or under this machine's stdlib directories;
 //     never what is installed inside it (`site-packages/`, `dist-packages/`).
-// Third-party packages (transformers, accelerate, your own installed package) are the user's
-// code: a model's line in transformers is where its activations are made.
+//   * installed packages that wrap a tensor operation as torch.nn.functional does: einops,
+//     opt_einsum, triton (Inductor's kernels), flash_attn (the line that called them is the
+//     place to look; their own line is the same for every call).
+// Other third-party packages (transformers, accelerate, your own installed package) are the
+// user's code: a model's line in transformers is where its activations are made.
 //
 // A snapshot made elsewhere is judged by the path patterns alone; a live trace adds the
 // directories the tracking process knew (CodeRoots, recorded in the trace's `sites` metadata

@@ -25,11 +25,15 @@ SCENARIO("files are library code by their path alone, as a snapshot from another
     CHECK(is_library_file("<eval_with_key>.3"));
     CHECK(is_library_file("/tmp/torchinductor_alice/ab/cabcdef.py"));
   }
-  GIVEN("the standard library, frozen modules and ridgescope installed") {
+  GIVEN("the standard library, frozen modules, ridgescope installed and op-wrapping packages") {
     for (const char* f : {"/usr/lib/python3.11/contextlib.py", "/opt/conda/lib/python3.10/threading.py",
                           "/usr/lib64/python3.13t/runpy.py", "/home/u/.pyenv/versions/3.12.1/lib/python3.12/json/__init__.py",
                           "C:\\Python311\\Lib\\runpy.py", "<frozen runpy>",
-                          "/opt/venv/lib/python3.11/site-packages/ridgescope/_session.py"}) {
+                          "/opt/venv/lib/python3.11/site-packages/ridgescope/_session.py",
+                          // packages that wrap one tensor op, as torch.nn.functional does
+                          "/venv/lib/python3.12/site-packages/einops/_backends.py",
+                          "/venv/lib/python3.12/site-packages/triton/runtime/jit.py",
+                          "/venv/lib/python3.12/site-packages/flash_attn/flash_attn_interface.py"}) {
       INFO(f);
       CHECK(is_library_file(f));
     }
@@ -38,7 +42,7 @@ SCENARIO("files are library code by their path alone, as a snapshot from another
     for (const char* f : {"/home/me/proj/train.py", "train.py", "/home/me/proj/model.py",
                           "/opt/venv/lib/python3.12/site-packages/transformers/models/llama/modeling_llama.py",
                           "/usr/lib/python3/dist-packages/numpy/core/numeric.py",
-                          "/usr/lib/python3.11/site-packages/einops/einops.py",
+                          "/usr/lib/python3.11/site-packages/accelerate/accelerator.py",
                           "C:\\Python311\\Lib\\site-packages\\accelerate\\accelerator.py",
                           "/home/me/torchvision_models/resnet.py", "/home/me/lib/pythonic/tool.py", "<stdin>"}) {
       INFO(f);
