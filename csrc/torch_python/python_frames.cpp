@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "library_files.h"
 #include "site_capture.h"
 
 #include "python_frame_layout.h"
@@ -130,40 +131,25 @@ PyObject* function_name_of(PyCodeObject* code) {
 #endif
 }
 
-// Which files are library code; set by configure(), read by every walk.
-struct Roots {
-  std::vector<std::string> library, stdlib;
-};
+// The directories of library code on this machine; set by configure(), read by every walk.
+using Roots = detail::CodeRoots;
 std::mutex g_roots_mutex;
 std::shared_ptr<const Roots> g_roots = std::make_shared<Roots>();
 std::atomic<std::uint64_t> g_roots_version{1};
 
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 enum class CodeClass : std::uint8_t { User, Library, Engine };
 
+// The core's one rule decides library code (library_files.h); the engine's entry is this
+// walker's own stop.
 CodeClass classify(const Roots& roots, const std::string& file, const std::string& name) {
-  // Frozen standard-library modules, and code torch.fx generates for a GraphModule (the graph
-  // Dynamo captured): torch's, not the user's.
-  if (starts_with(file, "<frozen ") || starts_with(file, "<eval_with_key>")) return CodeClass::Library;
-  for (const std::string& root : roots.library) {
-    if (!starts_with(file, root)) continue;
-    // torch's autograd engine entry: below it, C++ autograd runs (see site_capture.h).
-    if (name == "_engine_run_backward" && file.size() >= 17 &&
-        file.compare(file.size() - 17, 17, "autograd/graph.py") == 0) {
-      return CodeClass::Engine;
-    }
-    return CodeClass::Library;
-  }
-  for (const std::string& root : roots.stdlib) {
-    if (starts_with(file, root) && file.find("/site-packages/") == std::string::npos &&
-        file.find("/dist-packages/") == std::string::npos) {
-      return CodeClass::Library;
-    }
-  }
-  return CodeClass::User;
+  if (!detail::is_library_file(file, &roots)) return CodeClass::User;
+  // torch's autograd engine entry: below it, C++ autograd runs (see site_capture.h).
+  if (name == "_engine_run_backward" && ends_with(file, "autograd/graph.py")) return CodeClass::Engine;
+  return CodeClass::Library;
 }
 
 // What one thread knows about code objects it met in this session.

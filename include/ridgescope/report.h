@@ -49,6 +49,10 @@ struct ReportFrame {
   std::uint64_t line = 0;  // 1-based; 0 when none
   std::string function;   // Python: the (qualified) function; autograd: the node; untracked: why
   std::string module;     // autograd frames: the module whose forward made the node
+  // Decided by the core for every consumer (docs/sites.md, "Library frames"):
+  bool library = false;   // library code (torch, the standard library, native frames, ...), not the user's
+  std::string text;       // as a person reads it, the file's base name: "model.py:50 in MLPBlock.forward"
+  std::string location;   // the same with the whole path: "/home/me/model.py:50 in MLPBlock.forward"
 };
 
 // Bytes live at the peak that were made at one site, in one category.

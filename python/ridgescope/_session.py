@@ -123,9 +123,14 @@ class Session:
             except RuntimeError as exc:
                 raise RidgescopeError(str(exc).removeprefix("ridgescope: ")) from None
             _active = self
-            self._native.metadata("sites", json.dumps(
-                {"mode": mode, "python_frames": mode != "none" and not self.sites_status,
-                 "reason": self.sites_status}))
+            sites = {"mode": mode, "python_frames": mode != "none" and not self.sites_status,
+                     "reason": self.sites_status}
+            if mode != "none":  # the directories the capture took as library code (docs/sites.md)
+                try:
+                    sites["library_roots"], sites["stdlib_roots"] = _code_roots()
+                except Exception:  # an aid, never a reason to stop tracking
+                    pass
+            self._native.metadata("sites", json.dumps(sites))
         try:
             self._instr = Instrumentation(self._native, self.model, self.optimizer,
                                           activations=self._activations)

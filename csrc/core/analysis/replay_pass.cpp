@@ -426,6 +426,11 @@ void ReplayPass::finish() {
   report_.retained = retention_.result(frames_);
   host_ledger_.finish(report_.host_memory);
   device_ledger_.finish(report_.device_ledger);
+  CodeRoots roots;
+  for (const auto& [key, text] : report_.metadata) {
+    if (key == "sites") roots = code_roots_from_sites_metadata(text);
+  }
+  frames_.describe(roots);
   timeline_.finish();
   // Phases were recorded as they closed (inner ones first); draw them in order of beginning.
   std::stable_sort(report_.timeline.phases.begin(), report_.timeline.phases.end(),

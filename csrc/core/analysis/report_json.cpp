@@ -173,6 +173,7 @@ void write_frames(JsonWriter& w, const std::vector<ReportFrame>& frames) {
     w.begin_object();
     w.field("kind", frame_kind_name(f.kind)).field("file", f.file).field("line", f.line);
     w.field("function", f.function).field("module", f.module);
+    w.field("library", f.library).field("text", f.text).field("location", f.location);
     w.end_object();
   }
   w.end_array();

@@ -359,6 +359,15 @@ std::string torch_snapshot_bytes() {
   return w.take();
 }
 
+// The same snapshot as Python 3.14's pickle.dump writes it by default: protocol 5, in a FRAME.
+std::string protocol5_snapshot_bytes() {
+  const std::string p4 = torch_snapshot_bytes();
+  const std::string body = p4.substr(2);
+  std::string out = "\x80\x05\x95";
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((body.size() >> (8 * i)) & 0xFF));
+  return out + body;
+}
+
 std::string exported_snapshot_bytes(const std::string& trace_bytes) {
   TempPath trace, pickle(".pickle");
   spill(trace.str(), trace_bytes);
@@ -372,7 +381,11 @@ const std::vector<std::string> kPickleTokens = {
     "\x8c\x08" "segments", "\x8c\x0d" "device_traces", "\x8c\x06" "frames", "\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00",
     "\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x80", "J\xff\xff\xff\xff", "h\x00", "j\xff\xff\xff\xff", "\x94", "(", "e", "u",
     "]", "}", ")", "\x85", "\x87", "N", "\x88", "t", "l", "d", "a", "s", "\x95\xff\xff\xff\xff\xff\xff\xff\xff",
-    "X\xff\xff\xff\x7f", "c", "\x93", "R", "."};
+    "X\xff\xff\xff\x7f", "c", "\x93", "R", ".",
+    // protocol 5: PROTO 5, 8-byte lengths, bytes, sets, out-of-band buffers
+    std::string("\x80\x05", 2), std::string("\x8d\x01\x00\x00\x00\x00\x00\x00\x00" "a", 10),
+    std::string("\x8e\xff\xff\xff\xff\xff\xff\xff\x7f", 9), std::string("\x96\x00\x00\x00\x00\x00\x00\x00\x00", 9),
+    "C\x02" "ab", std::string("B\x00\x00\x00\x00", 5), "\x8f", "\x90", "\x91", "\x97", "\x98"};
 const std::vector<std::string> kJsonTokens = {"{", "}", "[", "]", ",", ":", "\"", "\\u", "\\ud800", "\\udc00",
                                               "\\uD83D\\uDE00", "1e999", "-0", "9223372036854775808",
                                               "-9223372036854775809", "null", "true", "\\", "\x01", "\xff",
@@ -575,6 +588,8 @@ void write_tree(detail::PickleWriter& w, const PickleValue& v, Rng& rng, unsigne
       break;
     case PickleValue::Type::Float: w.real(v.real); break;
     case PickleValue::Type::Str: w.str(v.str()); break;
+    case PickleValue::Type::Bytes: w.str(v.bytes()); break;  // (the writer has no bytes; the seeds none)
+    case PickleValue::Type::Set: w.begin_list().end_list(); break;
     case PickleValue::Type::List:
     case PickleValue::Type::Tuple: {
       const bool tuple = v.type == PickleValue::Type::Tuple && v.list().size() <= 3;
@@ -745,9 +760,9 @@ SCENARIO("readable traces of weird event sequences are analysed without error or
 
 SCENARIO("hostile or corrupt snapshot pickles are refused with a PickleError or SnapshotError, never a crash",
          "[core][fuzz][snapshot]") {
-  GIVEN("snapshots in torch's layout and ridgescope's exports of CPU and CUDA traces") {
-    const std::string seeds[3] = {torch_snapshot_bytes(), exported_snapshot_bytes(step_trace_bytes(false)),
-                                  exported_snapshot_bytes(step_trace_bytes(true))};
+  GIVEN("snapshots in torch's layout (protocol 4, and 5 in a FRAME as Python 3.14 writes) and ridgescope's exports of CPU and CUDA traces") {
+    const std::string seeds[4] = {torch_snapshot_bytes(), exported_snapshot_bytes(step_trace_bytes(false)),
+                                  exported_snapshot_bytes(step_trace_bytes(true)), protocol5_snapshot_bytes()};
     for (const std::string& s : seeds) require_readable_snapshot(s);
     WHEN("their bytes are mutated, with pickle opcodes, huge lengths and memo indices spliced in") {
       const std::uint64_t n = iterations();
@@ -755,11 +770,11 @@ SCENARIO("hostile or corrupt snapshot pickles are refused with a PickleError or 
       Outcomes parsed{"pickle bytes"}, analysed{"snapshot bytes"};
       TempPath path(".pickle_bytes");
       for (std::uint64_t i = 0; i < n; ++i) {
-        const std::string bytes = mutate_bytes(seeds[i % 3], rng, seeds[(i + 1) % 3], kPickleTokens);
+        const std::string bytes = mutate_bytes(seeds[i % 4], rng, seeds[(i + 1) % 4], kPickleTokens);
         spill(path.str(), bytes);
         parsed.run<detail::PickleError>(i, [&] {
           const detail::PickleResult r = detail::parse_pickle(bytes);
-          if (r.protocol < 2 || r.protocol > 4) throw std::logic_error("protocol out of range");
+          if (r.protocol < 2 || r.protocol > 5) throw std::logic_error("protocol out of range");
         });
         analysed.run<SnapshotError>(i, [&] { (void)analyze_snapshot(path.str()).to_json(); });
       }
@@ -781,7 +796,7 @@ SCENARIO("hostile or corrupt snapshot pickles are refused with a PickleError or 
       for (const std::string& s : seeds) trees.push_back(detail::parse_pickle(s));
       TempPath path(".pickle_tree");
       for (std::uint64_t i = 0; i < n; ++i) {
-        spill(path.str(), mutate_tree(trees[i % 3].root, rng));
+        spill(path.str(), mutate_tree(trees[i % 4].root, rng));
         o.run<SnapshotError>(i, [&] { (void)analyze_snapshot(path.str()).to_json(); });
       }
       o.report();
