@@ -68,7 +68,6 @@ struct SnapshotEntryExtra {
   std::optional<std::string_view> category;
   std::string_view phase, label, module;  // from a dict user_metadata
   std::optional<bool> category_inferred;
-  bool outside = false;  // a ridgescope export's memory outside PyTorch (not the allocator's)
 };
 inline const SnapshotEntryExtra kNoExtra{};
 
@@ -76,6 +75,7 @@ inline const SnapshotEntryExtra kNoExtra{};
 struct SnapshotEntry {
   EntryAction action = EntryAction::Other;
   bool legacy_free = false;  // old snapshots' "free": no free_requested before it
+  bool outside = false;      // a ridgescope export's memory outside PyTorch (not the allocator's)
   std::uint64_t addr = 0, size = 0, stream = 0, time_us = 0;
   const SnapshotFrames* frames = &kNoFrames;     // owned by the reader's FramesCache
   const SnapshotEntryExtra* extra = &kNoExtra;  // owned by the reader's SnapshotExtras

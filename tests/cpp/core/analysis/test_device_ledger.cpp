@@ -241,7 +241,8 @@ SCENARIO("memory outside PyTorch is exported to memory_viz as segments of its ow
     std::ifstream f(pickle.str(), std::ios::binary);
     std::ostringstream bytes;
     bytes << f.rdbuf();
-    const auto parsed = detail::parse_pickle(bytes.str());
+    const std::string data = bytes.str();  // the parsed values point into it
+    const auto parsed = detail::parse_pickle(data);
     THEN("each allocation outside PyTorch is a segment_alloc and an alloc in the non_pytorch category") {
       CHECK(stats.outside_allocations == 2);
       const auto& entries = parsed.root.get("device_traces")->list()[0].list();
