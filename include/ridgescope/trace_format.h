@@ -15,8 +15,13 @@ namespace ridgescope::trace_format {
 
 inline constexpr char kFileMagic[8] = {'R', 'I', 'D', 'G', 'E', 'S', 'C', 'P'};
 // Version 2 added allocation sites: the `frame` and `stack` records (kinds 64, 65) and the alloc
-// record's trailing stack id. Readers read every version from kMinVersion to kVersion.
-inline constexpr std::uint32_t kVersion = 2;           // bump on any incompatible change
+// record's trailing stack id. Version 3 added device memory allocated outside PyTorch: the
+// `external_alloc` and `external_free` records (kinds 13, 14). Readers read every version from
+// kMinVersion to kVersion.
+inline constexpr std::uint32_t kVersion = 3;           // bump on any incompatible change
+// The first version whose kinds 13 and 14 are external_alloc/external_free (older files skip
+// them as unknown timed kinds). One constant, so that another additive change can renumber it.
+inline constexpr std::uint32_t kFirstExternalVersion = 3;
 inline constexpr std::uint32_t kMinVersion = 1;
 inline constexpr std::uint32_t kFileHeaderBytes = 16;  // magic(8) version(4) flags(4)
 inline constexpr std::uint32_t kChunkMagic = 0x4B4E4843;  // "CHNK" little-endian

@@ -22,7 +22,7 @@ ReplayPass::ReplayPass(const TraceReader& reader, const std::vector<Resolved>& r
     : reader_(reader), resolved_(resolved), device_(device), peak_seq_(peak_seq),
       has_peak_(has_peak), options_(options), report_(report),
       timeline_(report.timeline, end_time_ns, options.timeline_columns),
-      frames_(reader, report.frames) {
+      frames_(reader, report.frames), device_ledger_(reader, device) {
 }
 
 void ReplayPass::run(TraceReader& reader) {
@@ -43,14 +43,20 @@ void ReplayPass::run(TraceReader& reader) {
       case EventKind::SegmentAlloc:
         if (e.device == device_) {
           ledger_.on_segment_alloc(e.addr, e.bytes);
+          device_ledger_.on_segment(true, e.addr, e.bytes);
           observe_timeline();
         }
         break;
       case EventKind::SegmentFree:
         if (e.device == device_) {
           ledger_.on_segment_free(e.addr);
+          device_ledger_.on_segment(false, e.addr, e.bytes);
           observe_timeline();
         }
+        break;
+      case EventKind::ExternalAlloc:
+      case EventKind::ExternalFree:
+        if (e.device == device_) on_external(e);
         break;
       case EventKind::PhaseBegin: on_phase_begin(e); break;
       case EventKind::PhaseEnd: on_phase_end(e); break;
@@ -59,9 +65,13 @@ void ReplayPass::run(TraceReader& reader) {
         if (e.device == device_) on_oom(e);
         break;
       case EventKind::Sample:
+        on_layer_sample(e);
         if (e.device == device_) on_sample(e);
         break;
-      case EventKind::Metadata: on_metadata(std::string(reader.string(e.string_id)), e.text); break;
+      case EventKind::Metadata:
+        device_ledger_.on_metadata(reader.string(e.string_id), e.text);
+        on_metadata(std::string(reader.string(e.string_id)), e.text);
+        break;
       case EventKind::String:
       case EventKind::Frame:
       case EventKind::Stack: break;  // absorbed into the reader's tables
@@ -218,6 +228,25 @@ void ReplayPass::on_step(const Event& e) {
   occurrences_.clear();
 }
 
+// The ledgers beside the composition (ridgescope/memory_layers.h): host samples of the CPU
+// (whatever device is reported) and driver readings of the reported device.
+std::uint32_t ReplayPass::current_phase_id() const { return phase_stack_.empty() ? 0 : phase_stack_.back(); }
+
+void ReplayPass::on_layer_sample(const Event& e) {
+  const std::string_view key = reader_.string(e.string_id);
+  if (e.device.type == DeviceType::CPU && key.substr(0, 5) == "host_") {
+    host_ledger_.on_sample(key, e.value, e.time_ns, current_step_, phase_name(current_phase_id()));
+  } else if (e.device == device_) {
+    device_ledger_.on_sample(key, e.value, e.time_ns, ledger_.reserved_bytes(), current_step_, current_phase_id());
+  }
+}
+
+void ReplayPass::on_external(const Event& e) {
+  const std::string site = e.kind == EventKind::ExternalAlloc ? frames_.site_text(frames_.site_of_stack(e.stack_id))
+                                                              : std::string();
+  device_ledger_.on_external(e, site, current_step_, current_phase_id());
+}
+
 void ReplayPass::on_oom(const Event& e) {
   OomContext c;
   c.request_bytes = e.bytes;
@@ -236,6 +265,7 @@ void ReplayPass::on_oom(const Event& e) {
     break;
   }
   c.free = current_free_space();
+  device_ledger_.describe(c, c.reserved_bytes);
   oom_contexts_.push_back(c);
   OomRecord o;
   o.free = c.free;
@@ -325,6 +355,8 @@ void ReplayPass::capture_peak(const Event& e) {
   peak.by_category = ledger_.by_category();
 
   peak.free = current_free_space();
+  host_ledger_.on_peak(e.time_ns);
+  device_ledger_.on_peak();
   std::vector<std::pair<std::uint64_t, const LiveBlock*>> blocks;
   blocks.reserve(ledger_.live_blocks());
   // Labelled blocks group by label; unlabelled ones by what their fallback label names: the
@@ -365,7 +397,10 @@ void ReplayPass::capture_peak(const Event& e) {
     peak.top_blocks.push_back(std::move(t));
   }
   collect_peak_sites(ledger_, frames_, options_.top_sites, options_.max_stacks, peak);
-  for (auto& [key, l] : labels) peak.by_label.push_back(std::move(l));
+  for (auto& [key, l] : labels) {
+    if (l.category == Category::Parameter || l.category == Category::Buffer) peak.persistent_labels.push_back(l);
+    peak.by_label.push_back(std::move(l));
+  }
   std::sort(peak.by_label.begin(), peak.by_label.end(), [](const LabelBytes& a, const LabelBytes& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.label < b.label;
   });
@@ -389,6 +424,13 @@ void ReplayPass::finish() {
   report_.final_by_category = ledger_.by_category();
   report_.anomalies = ledger_.anomalies();
   report_.retained = retention_.result(frames_);
+  host_ledger_.finish(report_.host_memory);
+  device_ledger_.finish(report_.device_ledger);
+  CodeRoots roots;
+  for (const auto& [key, text] : report_.metadata) {
+    if (key == "sites") roots = code_roots_from_sites_metadata(text);
+  }
+  frames_.describe(roots);
   timeline_.finish();
   // Phases were recorded as they closed (inner ones first); draw them in order of beginning.
   std::stable_sort(report_.timeline.phases.begin(), report_.timeline.phases.end(),

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "json_writer.h"
+#include "memory_layers_json.h"
+#include "model_list.h"
 #include "ridgescope/phase.h"
 #include "ridgescope/report.h"
 
@@ -202,6 +204,7 @@ void write_frames(JsonWriter& w, const std::vector<ReportFrame>& frames) {
     w.begin_object();
     w.field("kind", frame_kind_name(f.kind)).field("file", f.file).field("line", f.line);
     w.field("function", f.function).field("module", f.module);
+    w.field("library", f.library).field("text", f.text).field("location", f.location);
     w.end_object();
   }
   w.end_array();
@@ -434,6 +437,7 @@ std::string report_to_json(const Report& r) {
     w.null();
   }
   w.end_object();
+  detail::write_model_list(w, m.models);
   w.end_object();
 
   const OptimizerSummary& o = r.optimizer;
@@ -506,6 +510,7 @@ std::string report_to_json(const Report& r) {
     w.end_array();
     w.end_object();
   }
+  detail::write_memory_layers(w, r);  // host_memory, device_ledger
   w.end_object();
   return w.take();
 }

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "frame_text.h"
+
 namespace ridgescope::detail {
 namespace {
 
@@ -11,8 +13,6 @@ bool contains(std::string_view s, std::string_view part) { return s.find(part) !
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
-
-bool in_torch(const SnapshotFrame& f) { return path_has(f.filename, "/torch/") || f.filename.substr(0, 6) == "torch/"; }
 
 bool is_module_call(const SnapshotFrame& f) {
   return path_has(f.filename, "torch/nn/modules/module.py") && (f.name == "_call_impl" || f.name == "_wrapped_call_impl");
@@ -56,29 +56,12 @@ std::string short_cpp_name(std::string_view name) {
 
 std::string cpp_function_name(std::string_view name) { return short_cpp_name(name); }
 
-// `needle` (written with '/') occurs in `path`, where '\' counts as '/' (Windows paths).
-bool path_has(std::string_view path, std::string_view needle) {
-  if (needle.size() > path.size()) return false;
-  if (path.find('\\') == std::string_view::npos) return path.find(needle) != std::string_view::npos;
-  for (std::size_t i = 0; i + needle.size() <= path.size(); ++i) {  // a Windows path
-    std::size_t j = 0;
-    for (; j < needle.size(); ++j) {
-      const char c = path[i + j] == '\\' ? '/' : path[i + j];
-      if (c != needle[j]) break;
-    }
-    if (j == needle.size()) return true;
-  }
-  return false;
-}
-
 bool is_python(const SnapshotFrame& f) { return ends_with(f.filename, ".py"); }
 
-bool is_library(const SnapshotFrame& f) {
-  return in_torch(f) || path_has(f.filename, "site-packages/") || path_has(f.filename, "dist-packages/");
-}
+bool is_library(const SnapshotFrame& f) { return is_library_file(f.filename); }
 
 std::string python_frame_text(const SnapshotFrame& f) {
-  return std::string(base_name(f.filename)) + ":" + std::to_string(f.line) + " " + std::string(f.name);
+  return format_frame(FrameKind::Python, f.filename, f.line > 0 ? static_cast<std::uint64_t>(f.line) : 0, f.name, {});
 }
 
 bool function_is(std::string_view function, std::string_view name) {

@@ -17,6 +17,8 @@ std::string_view event_kind_name(EventKind kind) noexcept {
     case EventKind::Sample: return "sample";
     case EventKind::String: return "string";
     case EventKind::Metadata: return "metadata";
+    case EventKind::ExternalAlloc: return "external_alloc";
+    case EventKind::ExternalFree: return "external_free";
     case EventKind::Frame: return "frame";
     case EventKind::Stack: return "stack";
   }

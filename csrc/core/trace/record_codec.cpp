@@ -49,7 +49,7 @@ namespace {
 
 // A timed record built in a stack buffer: the kind byte, the payload's length, then the payload.
 // Every field is a varint, so the largest payload (an alloc: time delta, device, four 64-bit
-// fields, thread, module context) is 64 bytes, and its length always fits one varint byte.
+// fields, thread, module context, stack) is 69 bytes, and its length always fits one varint byte.
 class TimedPayload {
  public:
   static constexpr std::size_t kMax = 96;  // payload bytes
@@ -156,6 +156,22 @@ void encode_record(const Event& e, CodecClock& clock, std::string& out) {
       p.varint(e.string_id);
       p.varint(e.value);
       break;
+    case EventKind::ExternalAlloc:
+      p.device(e.device);
+      p.varint(e.addr);
+      p.varint(e.bytes);
+      p.varint(e.flags);      // the API
+      p.varint(e.string_id);  // the library
+      p.varint(e.thread);
+      if (e.stack_id != 0) p.varint(e.stack_id);  // trailing and optional
+      break;
+    case EventKind::ExternalFree:
+      p.device(e.device);
+      p.varint(e.addr);
+      p.varint(e.bytes);
+      p.varint(e.flags);
+      p.varint(e.thread);
+      break;
     case EventKind::String:
     case EventKind::Metadata:
     case EventKind::Frame:
@@ -204,7 +220,12 @@ DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock&
   *pos = p + length;
   const bool definition_kind = version >= 2 && (kind_byte == static_cast<std::uint8_t>(EventKind::Frame) ||
                                                  kind_byte == static_cast<std::uint8_t>(EventKind::Stack));
-  if (!definition_kind && (kind_byte < 1 || kind_byte > static_cast<std::uint8_t>(EventKind::Metadata))) {
+  // Kinds 13 and 14 exist from trace_format::kFirstExternalVersion on; before, they are unknown.
+  const bool external_kind = version >= trace_format::kFirstExternalVersion &&
+                             (kind_byte == static_cast<std::uint8_t>(EventKind::ExternalAlloc) ||
+                              kind_byte == static_cast<std::uint8_t>(EventKind::ExternalFree));
+  if (!definition_kind && !external_kind &&
+      (kind_byte < 1 || kind_byte > static_cast<std::uint8_t>(EventKind::Metadata))) {
     // Forward compatibility: kinds below 64 (but String and Metadata) begin with the time delta,
     // so a reader that skips one still keeps the clock right.
     std::uint64_t dt;
@@ -281,6 +302,13 @@ DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock&
       break;
     case EventKind::Sample:
       ok = r.device(&e.device) && r.u32(&e.string_id) && r.u64(&e.value);
+      break;
+    case EventKind::ExternalAlloc:
+      ok = r.device(&e.device) && r.u64(&e.addr) && r.u64(&e.bytes) && r.u8(&e.flags) &&
+           r.u32(&e.string_id) && r.u32(&e.thread) && (r.rest().empty() || r.u32(&e.stack_id));
+      break;
+    case EventKind::ExternalFree:
+      ok = r.device(&e.device) && r.u64(&e.addr) && r.u64(&e.bytes) && r.u8(&e.flags) && r.u32(&e.thread);
       break;
     case EventKind::String:
     case EventKind::Metadata:

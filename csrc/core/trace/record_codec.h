@@ -39,7 +39,8 @@ struct Definition {
 //
 // Decodes the record at *pos of a chunk payload and advances *pos past it, as format `version`
 // lays it out (version 1 has no frame or stack kinds, and no stack id in alloc records: there
-// they are unknown kinds and ignored trailing bytes). UnknownKind records (from a newer writer)
+// they are unknown kinds and ignored trailing bytes; before version 3 kinds 13 and 14, the
+// external allocations, are unknown timed kinds). UnknownKind records (from a newer writer)
 // are skipped whole; Malformed means the payload is inconsistent. A frame or stack record's
 // content goes to *definition when it is not null.
 DecodeStatus decode_record(std::string_view payload, std::size_t* pos, CodecClock& clock,

@@ -34,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "innermost frame of your code, or the autograd node in backward; "
                              "'python' the whole Python stack; 'all' native frames too (slow); "
                              "'none' nothing")
+    parser.add_argument("--no-cupti", action="store_true",
+                        help="do not itemise device memory outside PyTorch with CUPTI (CUPTI takes "
+                             "one subscriber: use this to profile the script with torch.profiler "
+                             "or Nsight at the same time)")
+    parser.add_argument("--no-host-memory", action="store_true",
+                        help="do not read the process's resident set at phase boundaries")
     parser.add_argument("script", type=Path, help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
 
@@ -48,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         raise RidgescopeError(f"no such script: {script}")
     session = track(out=args.out or Path(f"{script.stem}.rstrace"),
                     activations=not args.no_activations_hook, capacity=args.capacity,
-                    stacks=None if args.stacks == "none" else args.stacks)
+                    stacks=None if args.stacks == "none" else args.stacks,
+                    cupti=False if args.no_cupti else None, host_memory=not args.no_host_memory)
     out = session.path  # one per rank under torchrun (per_rank_path)
 
     exit_code = 0

@@ -68,6 +68,27 @@
     if (pb.measured !== null && pb.measured !== undefined)
       kv(dl, 'persistent B/param measured', pb.measured.toFixed(2) + (pb.measured_at ? ' (end of step ' + pb.measured_at.step + ')' : ''));
     mc.appendChild(dl);
+    // every model the run held (an EMA copy, a frozen reference or teacher): docs/report_schema.md
+    var models = m.models || [];
+    if (models.length > 1) {
+      var mt = el('table', { id: 'rs-models', 'class': 'rs-table' });
+      var head = el('tr');
+      ['model', 'class', 'parameters', 'bytes at the peak', ''].forEach(function (h) { head.appendChild(el('th', null, h)); });
+      mt.appendChild(head);
+      models.forEach(function (x) {
+        var tr = el('tr', { 'data-model': x.name, 'data-bytes': String(x.at_peak.parameter_bytes + x.at_peak.buffer_bytes) });
+        tr.appendChild(el('td', null, x.name));
+        tr.appendChild(el('td', null, x['class'] || ''));
+        tr.appendChild(el('td', { 'class': 'rs-num' }, fmtInt(x.parameters)));
+        tr.appendChild(el('td', { 'class': 'rs-num' }, fmtBytes(x.at_peak.parameter_bytes + x.at_peak.buffer_bytes)));
+        var notes = [x.trainable ? 'trainable' : 'frozen'];
+        if (x.copy_of) notes.push('a copy of ' + x.copy_of + "'s parameters");
+        if (x.created_at) notes.push('made at ' + x.created_at);
+        tr.appendChild(el('td', { 'class': 'rs-muted' }, notes.join(', ')));
+        mt.appendChild(tr);
+      });
+      mc.appendChild(mt);
+    }
 
     var o = R.optimizer || {};
     var oc = document.getElementById('rs-optimizer');

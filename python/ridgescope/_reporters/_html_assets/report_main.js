@@ -3,6 +3,7 @@
   header();
   ooms();
   warnings();
+  ledgers();
   stepsTable();
   blocksTable();
   modulesTable();
