@@ -309,6 +309,11 @@ struct RecorderSummary {
 // nothing does (unknown).
 inline constexpr std::array<std::string_view, 5> kSnapshotEvidence = {"recorded", "frames", "structure", "weak",
                                                                       "none"};
+// How each evidence reads in a sentence ("12.5% by frames"), in kSnapshotEvidence's order; the
+// report carries it (snapshot.confidence.evidence_text) for the text and HTML reporters.
+inline constexpr std::array<std::string_view, 5> kSnapshotEvidenceText = {
+    "recorded in the snapshot", "by frames", "by the step's structure", "by size or lifetime alone",
+    "by nothing (unknown)"};
 
 // Why the blocks of a snapshot PyTorch wrote have their categories: one inference rule and what
 // decided it (docs/snapshot.md lists the rules), with the bytes it holds.

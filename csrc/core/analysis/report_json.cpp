@@ -53,6 +53,9 @@ void write_snapshot_confidence(JsonWriter& w, const SnapshotImport& si) {
   const std::uint64_t weak = sum(by[3]);
   w.field("weak_peak_bytes", weak);
   w.field("weak_share_of_peak", total > 0 ? static_cast<double>(weak) / static_cast<double>(total) : 0.0);
+  w.key("evidence_text").begin_object();
+  for (std::size_t i = 0; i < kSnapshotEvidence.size(); ++i) w.field(kSnapshotEvidence[i], kSnapshotEvidenceText[i]);
+  w.end_object();
   w.end_object();
 }
 

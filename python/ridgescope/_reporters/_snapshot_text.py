@@ -8,11 +8,6 @@ from typing import Any
 from .._format import format_bytes
 
 MAX_REASONS = 12
-# How each tier of snapshot.confidence reads (the tiers: include/ridgescope/report.h
-# kSnapshotEvidence; docs/snapshot.md, "How sure the categories are").
-EVIDENCE_TEXT = {"recorded": "recorded in the snapshot", "frames": "by frames",
-                 "structure": "by the step's structure", "weak": "by size or lifetime alone",
-                 "none": "by nothing (unknown)"}
 
 
 def _composition(by_category: dict[str, int], limit: int = 4) -> str:
@@ -73,7 +68,8 @@ def confidence_lines(d: dict[str, Any]) -> list[str]:
     total = d["peak"]["bytes"]
     if not conf or not total:
         return []
-    parts = [f"{100 * n / total:.1f}% {EVIDENCE_TEXT[k]}" for k, n in conf["peak_bytes_by_evidence"].items()
+    text = conf["evidence_text"]
+    parts = [f"{100 * n / total:.1f}% {text[k]}" for k, n in conf["peak_bytes_by_evidence"].items()
              if n > 0]
     return [f"  how the peak's bytes were decided: {', '.join(parts)} (size or lifetime alone are the weaker "
             "rules; docs/snapshot.md)"]

@@ -106,12 +106,9 @@
 
   // How a snapshot's peak was decided (snapshot.confidence, snapshot.reasons; docs/snapshot.md):
   // the share per kind of evidence, then the rules, largest first.
-  var EVIDENCE_TEXT = { recorded: 'recorded in the snapshot', frames: 'by frames',
-                        structure: "by the step's structure", weak: 'by size or lifetime alone',
-                        none: 'by nothing (unknown)' };
   function snapshotConfidence(card, conf, total) {
     var parts = Object.keys(conf.peak_bytes_by_evidence).filter(function (k) { return conf.peak_bytes_by_evidence[k]; })
-      .map(function (k) { return (100 * conf.peak_bytes_by_evidence[k] / total).toFixed(1) + '% ' + EVIDENCE_TEXT[k]; });
+      .map(function (k) { return (100 * conf.peak_bytes_by_evidence[k] / total).toFixed(1) + '% ' + conf.evidence_text[k]; });
     card.appendChild(el('p', { 'class': 'rs-muted', id: 'rs-peak-confidence',
                                'data-weak-share': String(conf.weak_share_of_peak) },
                         'Decided: ' + parts.join(', ') + ' (size or lifetime alone are the weaker rules).'));
