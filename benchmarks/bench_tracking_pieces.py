@@ -17,11 +17,25 @@ processes on a shared machine disturb it less than wall time would.
                   machinery alone), ridgescope's pack hook with the identity unpack
                   (``x = x * w`` chains, 2 saved tensors per op; the bare session's CPU source
                   is on in the last, as in a real session)
+  model_scan      us per step-end search for the script's other models (Models.discover,
+                  docs/categories.md "Parameters of every model"), called from a training
+                  loop's frame inside ``rs.track`` on the TinyGPT, with nothing new to find (the
+                  steady state) and with a frozen deepcopy held in a variable (found once, then
+                  looked up); ``of_step`` is its share of the tracked step measured right after
+  phase_reading   µs per phase (its begin and end marker) through a bare native session, with
+                  the host-memory reading at its end (docs/forensics.md: /proc/self/status,
+                  mallinfo2, mincore over the live CPU blocks not known wholly resident) and
+                  without it (set_host_memory(False)), with 0, 100 and 2000 live CPU tensors of
+                  1 KiB and with 4 of 64 MiB, made and written before the phases (after the
+                  first reading they are known wholly resident: the steady state of a training
+                  loop's persistent tensors), and, for "fresh", 100 tensors of 64 KiB made anew
+                  in every phase (every reading asks mincore about each)
   step            ms per TinyGPT training step (the bench_training_step.py model, batch 8) in
                   variants run in alternating blocks of steps: untracked; identity
                   saved-tensor hooks (no ridgescope); a bare native session (the CPU source
                   alone: no hooks, no phases, no sites); tracked (default); tracked_nosites
-                  (stacks=None); tracked_lifetime (activations=False). ``over_ms`` is the
+                  (stacks=None); tracked_lifetime (activations=False); tracked_nohost
+                  (host_memory=False). ``over_ms`` is the
                   median step minus untracked's.
 
 Prints ONE JSON object (schema_version 1); ``--out FILE`` writes a copy.
@@ -52,7 +66,7 @@ from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
 import ridgescope as rs  # noqa: E402
 from ridgescope import _C  # noqa: E402
 
-SECTIONS = ("cpu_source", "site_capture", "module_call", "saved_tensor", "step")
+SECTIONS = ("cpu_source", "site_capture", "module_call", "saved_tensor", "model_scan", "phase_reading", "step")
 
 
 def best_of(fn: Callable[[], float], repeats: int = 5) -> float:
@@ -243,6 +257,37 @@ def saved_tensor(tmp: Path) -> dict[str, Any]:
     return out
 
 
+def phase_reading(tmp: Path, phases: int = 200) -> dict[str, Any]:
+    def run(session: Any, fresh: int) -> float:
+        name = session.intern("p")
+        t, made = 0.0, []
+        for _ in range(phases):
+            made = [torch.ones(16384) for _ in range(fresh)]  # untimed: new blocks for this phase
+            t0 = time.thread_time()
+            session.phase_begin(name)
+            session.phase_end(name)
+            t += time.thread_time() - t0
+        del made
+        return t / phases * 1e6
+
+    out: dict[str, Any] = {}
+    for label, count, numel, fresh in (("0", 0, 0, 0), ("100x1KiB", 100, 256, 0), ("2000x1KiB", 2000, 256, 0),
+                                       ("4x64MiB", 4, 16 << 20, 0), ("fresh_100x64KiB", 0, 0, 100)):
+        times: dict[bool, list[float]] = {True: [], False: []}
+        for rep in range(6):
+            for host in ((True, False) if rep % 2 == 0 else (False, True)):
+                with bare_session(tmp) as s:
+                    s.set_host_memory(host)
+                    keep = [torch.ones(numel) for _ in range(count)]  # live, tracked, written
+                    times[host].append(run(s, fresh))
+                    del keep
+        on, off = min(times[True]), min(times[False])
+        out[label] = {"with_host_us": round(on, 1), "without_us": round(off, 1),
+                      "host_reading_us": round(on - off, 1)}
+    out["note"] = "per phase: two markers and one host reading (at its end)"
+    return out
+
+
 class Trainer:
     def __init__(self, batch: int) -> None:
         torch.manual_seed(0)
@@ -261,7 +306,42 @@ class Trainer:
 
 
 STEP_VARIANTS = ("untracked", "identity_saved", "cpu_source_only", "tracked", "tracked_nosites",
-                 "tracked_lifetime")
+                 "tracked_lifetime", "tracked_nohost")
+
+
+def model_scan(tmp: Path, calls: int = 5000) -> dict[str, Any]:
+    import copy
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=512, d_model=128, n_heads=4, layers=3, seq_len=64)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = gpt_batch(8, 64, 512, seed=0)
+
+    def loop(session: Any, ref: Any) -> tuple[float, float]:  # the training loop's frame
+        models, frame = session._instr.models, sys._getframe()
+        for _ in range(200):
+            models.discover(frame)
+        t = time.thread_time()
+        for _ in range(calls):
+            models.discover(frame)
+        scan = (time.thread_time() - t) / calls
+        t = time.thread_time()
+        for _ in range(10):
+            loss = gpt_loss(model, x, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return scan, (time.thread_time() - t) / 10
+
+    out: dict[str, Any] = {}
+    for name, make_ref in (("nothing_new", lambda: None),
+                           ("frozen_copy_held", lambda: copy.deepcopy(model).requires_grad_(False))):
+        with rs.track(model=model, optimizer=opt, out=tmp / "scan.rstrace") as session:
+            ref = make_ref()
+            scan, step_s = loop(session, ref)
+            models = len(session._instr.models.entries)
+        out[name] = {"us": round(scan * 1e6, 2), "of_step": round(scan / step_s, 5),
+                     "step_ms": round(step_s * 1e3, 2), "models": models}
+    return out
 
 
 def step(tmp: Path, blocks: int, block: int, batch: int) -> dict[str, Any]:
@@ -276,7 +356,8 @@ def step(tmp: Path, blocks: int, block: int, batch: int) -> dict[str, Any]:
         if v == "cpu_source_only":
             return bare_session(tmp)
         return rs.track(model=t.model, optimizer=t.optimizer, out=tmp / f"{v}.rstrace",
-                        activations=v != "tracked_lifetime", stacks=None if v == "tracked_nosites" else "site")
+                        activations=v != "tracked_lifetime", stacks=None if v == "tracked_nosites" else "site",
+                        host_memory=v != "tracked_nohost")
 
     trainers = {v: Trainer(batch) for v in STEP_VARIANTS}
     times: dict[str, list[float]] = {v: [] for v in STEP_VARIANTS}
@@ -332,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
             out["module_call"] = module_call(tmp)
         if "saved_tensor" in only:
             out["saved_tensor"] = saved_tensor(tmp)
+        if "model_scan" in only:
+            out["model_scan"] = model_scan(tmp)
+        if "phase_reading" in only:
+            out["phase_reading"] = phase_reading(tmp)
         if "step" in only:
             out["step"] = step(tmp, args.blocks, args.block, args.batch)
     out["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -52,10 +52,10 @@ set(RIDGESCOPE_CORE_INTERNAL_INTERFACE util)
 
 # include/ridgescope/<header> -> its layer
 set(RIDGESCOPE_PUBLIC_util category.h phase.h clock.h)
-set(RIDGESCOPE_PUBLIC_trace event.h stack.h trace_format.h recorder.h trace_reader.h chunk_sink.h flight_records.h)
+set(RIDGESCOPE_PUBLIC_trace event.h stack.h trace_format.h recorder.h trace_reader.h chunk_sink.h flight_records.h external_alloc.h)
 set(RIDGESCOPE_PUBLIC_flight flight.h)
 set(RIDGESCOPE_PUBLIC_allocator cuda_rounding.h cuda_workspace.h cuda_trace.h allocator_settings.h allocator_model.h)
-set(RIDGESCOPE_PUBLIC_analysis ledger.h forensics.h report.h analysis.h run_glance.h)
+set(RIDGESCOPE_PUBLIC_analysis ledger.h forensics.h report.h analysis.h run_glance.h host_memory.h memory_layers.h)
 set(RIDGESCOPE_PUBLIC_snapshot snapshot.h)
 set(RIDGESCOPE_PUBLIC_core core.h)
 set(RIDGESCOPE_PUBLIC_cpp_package session.h ridgescope.h)

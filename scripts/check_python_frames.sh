@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Checks the GIL-free Python frame walker (csrc/torch_python/python_frames.cpp, docs/sites.md) on every
-# CPython it finds: for each, builds a small extension (scripts/check_python_frames/harness.cpp:
+# Checks the GIL-free Python frame walker (csrc/torch_python/python_frames.cpp, docs/sites.md) and the
+# frame locals reader (csrc/torch_python/python_locals.cpp, docs/categories.md) on every CPython it finds: for each, builds a small extension (scripts/check_python_frames/harness.cpp:
 # the walker and the core's recorder and reader, no torch) against that Python's headers and runs
 # check.py, which compares the walker's frames with the interpreter's own. No GPU, no torch.
 #
@@ -24,7 +24,7 @@ for py in "${pythons[@]}"; do
   [[ -f $inc/Python.h ]] || { echo "SKIP $py: no Python.h"; continue; }
   out=$work/$py && mkdir -p "$out"
   if ! g++ -O2 -Wall -shared -fPIC -std=c++20 -I"$inc" -Iinclude -Icsrc/torch -Icsrc/torch_python -Icsrc/core/util \
-      scripts/check_python_frames/harness.cpp csrc/torch_python/python_frames.cpp "$core" \
+      scripts/check_python_frames/harness.cpp csrc/torch_python/python_frames.cpp csrc/torch_python/python_locals.cpp "$core" \
       -labsl_hash -labsl_raw_hash_set -labsl_city -labsl_low_level_hash -lpthread -o "$out/pyframes_check$ext"; then
     echo "FAIL $py: the walker does not build"; rc=1; continue
   fi

@@ -16,7 +16,8 @@ root=$PWD
 version=2.13.0
 libtorch=build/libtorch-$version
 
-# 1. The libtorch, unpacked once (the wheel itself is not kept).
+# 1. The libtorch, unpacked once (the wheel itself is not kept). `--fetch` does only this
+#    (scripts/test.sh runs it in the background while it compiles).
 if [[ ! -f $libtorch/.complete ]]; then
   rm -rf "$libtorch" && mkdir -p "$libtorch/wheel"
   .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps "torch==$version" -d "$libtorch/wheel"
@@ -24,6 +25,7 @@ if [[ ! -f $libtorch/.complete ]]; then
   rm -rf "$libtorch/wheel"
   touch "$libtorch/.complete"
 fi
+[[ "${1:-}" == "--fetch" ]] && exit 0
 
 # 2. No Python from here on: python, python3 and python3.X on PATH record their call and fail.
 trap_dir=$root/build/no-python

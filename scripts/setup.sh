@@ -59,8 +59,10 @@ if ! "$py" -c "import numpy" 2>/dev/null; then
   log "installing numpy"
   "$py" -m pip install -q --disable-pip-version-check numpy
 fi
-# The test tools (--tests only).
-if ((tests)); then
+# The test tools (--tests only), installed while step 4 compiles: pip mostly waits on the disk
+# and the network, the compiler on the cores. pip touches neither torch, setuptools nor
+# ridgescope here (torch is held by a constraint; the others are already satisfied).
+install_test_tools() {
   if ! "$py" -c "import pytest" 2>/dev/null; then
     log "installing pytest"
     "$py" -m pip install -q --disable-pip-version-check pytest
@@ -74,11 +76,14 @@ if ((tests)); then
   fi
 
   # The frameworks of the integrations' tests (docs/integrations.md): Hugging Face transformers and
-  # accelerate, Lightning (both of its packages), TensorBoard, pytest-xdist, and IPython (a notebook's
-  # cell). Pinned versions, installed with torch held where step 3 put it (a pip constraint: pip may
-  # never replace torch for them). The tests build their models from configs: no model hub is used.
+  # accelerate, Lightning (both of its packages), TensorBoard, pytest-xdist, IPython (a notebook's
+  # cell), diffusers and PEFT (the field trials, tests/python/field), and DeepSpeed (ZeRO 1-3 on
+  # its CPU accelerator, docs/distributed.md). Pinned versions,
+  # installed with torch held where step 3 put it (a pip constraint: pip may never replace torch
+  # for them). The tests build their models from configs: no model hub is used.
   integrations=(transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6 pytorch-lightning==2.6.6
-                tensorboard==2.21.0 pytest-xdist==3.8.0 ipython==9.18.1)
+                tensorboard==2.21.0 pytest-xdist==3.8.0 ipython==9.18.1 diffusers==0.42.1 peft==0.21.2
+                deepspeed==0.19.8)
   pinned='import sys; from importlib.metadata import version; sys.exit(any(version(s.split("==")[0]) != s.split("==")[1] for s in sys.argv[1:]))'
   if ! "$py" -c "$pinned" "${integrations[@]}" 2>/dev/null; then
     log "installing the integrations' frameworks: ${integrations[*]}"
@@ -87,6 +92,13 @@ if ((tests)); then
     "$py" -m pip install -q --disable-pip-version-check -c "$torch_pin" "${integrations[@]}"
     rm -f "$torch_pin"
   fi
+}
+tools_pid=""
+if ((tests)); then
+  tools_log=build/setup-test-tools.log
+  mkdir -p build
+  install_test_tools > "$tools_log" 2>&1 &
+  tools_pid=$!
 fi
 
 # 4. Build and install ridgescope (editable) when its native sources changed.
@@ -98,5 +110,9 @@ if [[ ! -f "$stamp_file" || "$(cat "$stamp_file")" != "$stamp" ]] || ! "$py" -c 
   CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$py" -m pip install -q --disable-pip-version-check \
     --no-build-isolation --no-deps -e .
   echo "$stamp" > "$stamp_file"
+fi
+if [[ -n "$tools_pid" ]]; then
+  wait "$tools_pid" || { cat "$tools_log" >&2; log "installing the test tools failed (above)"; exit 1; }
+  grep -h '^\[setup' "$tools_log" >&2 || true
 fi
 log "ready: $("$py" -c 'import ridgescope, torch; print("ridgescope", ridgescope.__version__, "with torch", torch.__version__)')"

@@ -20,6 +20,10 @@ section() {
 section "set-up (scripts/setup.sh --tests)"
 bash scripts/setup.sh --tests
 
+# The plain libtorch of the last C++ section, unpacked meanwhile (disk, not the cores).
+bash scripts/libtorch_build.sh --fetch > build/libtorch-fetch.log 2>&1 &
+fetch_pid=$!
+
 section "C++ in build/py: the core tests, libridgescope, its Catch2 tests with libtorch, install"
 cmake -S . -B build/py -DRIDGESCOPE_BUILD_TESTS=ON -DRIDGESCOPE_INSTALL_CPP=ON >/dev/null
 cmake --build build/py
@@ -43,6 +47,7 @@ cmake --build build/example-src
 (cd build/example && ./train_mlp --out run --steps 2)
 
 section "C++ package from a plain libtorch (the torch 2.13.0 CPU wheel, unpacked), no Python"
+wait "$fetch_pid" || { cat build/libtorch-fetch.log; exit 1; }
 bash scripts/libtorch_build.sh
 
 section "Python tests (pytest, both cores)"

@@ -6,6 +6,7 @@
 #include "ridgescope/category.h"
 #include "ridgescope/cuda_rounding.h"
 #include "ridgescope/cuda_workspace.h"
+#include "ridgescope/external_alloc.h"
 #include "ridgescope/forensics.h"
 #include "ridgescope/snapshot.h"
 #include "ridgescope/recorder.h"
@@ -13,8 +14,11 @@
 #include "ridgescope/trace_reader.h"
 #include "cpu_allocator_source.h"
 #include "cuda_allocator_source.h"
+#include "cupti_source.h"
 #include "format_bytes.h"
+#include "host_memory_source.h"
 #include "python_frames.h"
+#include "python_locals.h"
 #include "site_capture.h"
 #include "tracking_session.h"
 #include "allocator_model_bindings.h"
@@ -54,6 +58,9 @@ py::list read_events(const std::string& path, std::size_t limit) {
     d["string"] = std::string(reader.string(e.string_id));
     d["value"] = e.value;
     d["stack_id"] = e.stack_id;
+    if (e.kind == ridgescope::EventKind::ExternalAlloc || e.kind == ridgescope::EventKind::ExternalFree) {
+      d["api"] = std::string(ridgescope::external_api_name(ridgescope::external_api_from_byte(e.flags)));
+    }
     out.append(std::move(d));
   }
   if (reader.truncated()) {
@@ -241,6 +248,16 @@ PYBIND11_MODULE(_C, m) {
         "Whether ridgescope's tracking CPU allocator is registered now (for tests).");
   m.def("_cuda_source_compiled", &ridgescope::sources::cuda_source_compiled,
         "Whether this build has the CUDA caching-allocator source (torch had CUDA at build time).");
+  m.def("_cupti_source_compiled", &ridgescope::sources::cupti_source_compiled,
+        "Whether this build has the CUPTI source (CUPTI's headers were found at build time).");
+  m.def(
+      "_resident_part",
+      [](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& blocks) {
+        std::vector<unsigned char> pages;
+        return ridgescope::sources::resident_part(blocks, pages);
+      },
+      py::arg("blocks"),
+      "The bytes of (address, bytes) ranges whose pages are resident (mincore; the host source's rule).");
   m.def("_cuda_workspace_tags_compiled", &ridgescope::sources::cuda_workspace_tags_compiled,
         "Whether this build reads torch's cuBLAS workspace maps (workspace blocks are tagged).");
   m.def("_cuda_allocator_backend", &ridgescope::sources::cuda_allocator_backend,
@@ -289,18 +306,31 @@ PYBIND11_MODULE(_C, m) {
         "Set which files are library code for allocation sites and install the Python frame "
         "walker after checking it on this thread; returns '' or why Python frames are not read.");
 
+  m.def("frame_locals",
+        [](py::object frame) -> py::object {
+          PyObject* out = ridgescope::sources::frame_locals(frame.ptr());
+          if (out == nullptr) throw py::error_already_set();
+          return py::reinterpret_steal<py::object>(out);
+        },
+        py::arg("frame"),
+        "The (name, value) pairs of a running frame's locals, without the snapshot f_locals "
+        "keeps (python_locals.h); None where this build does not read them.");
+  m.def("frame_locals_status", &ridgescope::sources::frame_locals_status,
+        "'' when frame_locals reads this interpreter's frames, else why not.");
+
   py::class_<TrackingSession>(m, "Session")
       .def(py::init([](const std::string& path, std::uint64_t capacity, const std::string& stacks,
-                       std::uint64_t keep_steps) {
+                       std::uint64_t keep_steps, bool host_memory) {
              ridgescope::sources::StackMode mode;
              if (!ridgescope::sources::parse_stack_mode(stacks, &mode)) {
                throw py::value_error("stacks must be 'site', 'python', 'all' or 'none', got '" + stacks + "'");
              }
              ridgescope::FlightOptions flight;
              flight.keep_steps = keep_steps;
-             return std::make_unique<TrackingSession>(path, capacity, mode, flight);
+             return std::make_unique<TrackingSession>(path, capacity, mode, flight, host_memory);
            }),
-           py::arg("path"), py::arg("capacity") = 0, py::arg("stacks") = "site", py::arg("keep_steps") = 0)
+           py::arg("path"), py::arg("capacity") = 0, py::arg("stacks") = "site", py::arg("keep_steps") = 0,
+           py::arg("host_memory") = true)
       .def_property_readonly("keep_steps", &TrackingSession::keep_steps)
       .def("mark", &TrackingSession::mark)
       .def("stop", &TrackingSession::stop, py::call_guard<py::gil_scoped_release>())
@@ -311,6 +341,8 @@ PYBIND11_MODULE(_C, m) {
       .def("start_driver_view", &TrackingSession::start_driver_view, py::arg("interval_ms") = 100)
       .def("start_cuda", &TrackingSession::start_cuda, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("cuda_started", &TrackingSession::cuda_started)
+      .def("start_cupti", &TrackingSession::start_cupti, py::call_guard<py::gil_scoped_release>())
+      .def("set_host_memory", &TrackingSession::set_host_memory, py::arg("on"))
       .def("flush", &TrackingSession::flush, py::call_guard<py::gil_scoped_release>())
       .def("intern", &TrackingSession::intern)
       .def("metadata", &TrackingSession::metadata)
@@ -324,8 +356,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("tensor"), py::arg("category"), py::arg("label") = 0, py::arg("weak") = false)
       .def("register",
            [](TrackingSession& s, const at::Tensor& t, const std::string& category,
-              std::uint32_t label) { return s.register_tensor(t, to_category(category), label); },
-           py::arg("tensor"), py::arg("category"), py::arg("label") = 0)
+              std::uint32_t label, bool weak) { return s.register_tensor(t, to_category(category), label, weak); },
+           py::arg("tensor"), py::arg("category"), py::arg("label") = 0, py::arg("weak") = false)
       .def("pack_saved",
            [](TrackingSession& s, const at::Tensor& t) { return s.on_saved_tensor(t); })
       .def("saved_tensor_hooks", &saved_tensor_hooks,

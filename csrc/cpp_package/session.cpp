@@ -120,6 +120,7 @@ struct Session::Impl {
   std::map<std::pair<const void*, std::string>, const void*> tagged_state;  // -> block tagged
   bool warned_outlived = false;
   std::uint64_t capacity = 0;  // simulated device capacity, bytes (0: none)
+  bool cupti = true;           // itemise memory outside PyTorch when CUDA is tracked
 
   bool active() const { return native && native->active(); }
   void track(torch::nn::Module& model, torch::optim::Optimizer* optimizer);
@@ -173,8 +174,10 @@ struct Session::Impl {
 Session::Session(Options options) : impl_(std::make_shared<Impl>()) {
   FlightOptions flight;
   flight.keep_steps = options.keep_steps();
-  impl_->native = std::make_unique<TrackingSession>(options.out(), options.capacity(), sources::StackMode::Site, flight);
+  impl_->native = std::make_unique<TrackingSession>(options.out(), options.capacity(), sources::StackMode::Site, flight,
+                                                    options.host_memory());
   impl_->capacity = options.capacity();
+  impl_->cupti = options.cupti();
   if (options.driver_view()) impl_->native->start_driver_view(options.driver_view_interval_ms());
 }
 
@@ -206,6 +209,7 @@ void Session::Impl::track(torch::nn::Module& model, torch::optim::Optimizer* opt
   for (const auto& item : params) {
     if (item.value().is_cuda()) {
       n.start_cuda();  // "" or why not; the reason is in the trace's cuda_source metadata
+      if (s.cupti) n.start_cupti();  // "" or why not; in the trace's cupti_source metadata
       break;
     }
   }

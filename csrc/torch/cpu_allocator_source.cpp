@@ -19,6 +19,7 @@ struct Entry {
   std::uint64_t bytes;
   c10::DeleterFnPtr inner_deleter;
   std::uint32_t generation;  // the session that counts this block (0: none)
+  std::uint64_t serial = 0;  // unique per allocation (an address is reused; a serial never is)
 };
 
 // Everything below is guarded by g_mutex, a leaf lock except for the Recorder's own leaf lock,
@@ -29,6 +30,7 @@ Recorder* g_recorder = nullptr;
 SiteCapture* g_sites = nullptr;  // where allocations are made (may be null)
 std::uint32_t g_generation = 0;
 std::uint64_t g_live_bytes = 0;
+std::uint64_t g_serial = 0;  // the last Entry::serial given
 // Simulated device capacity in bytes (0: none). Atomic because allocate() reads it before
 // taking the lock, so that runs without a capacity pay one relaxed load and nothing more.
 std::atomic<std::uint64_t> g_capacity{0};
@@ -95,7 +97,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
     try {
       std::lock_guard<std::mutex> lock(g_mutex);
       const std::uint32_t generation = g_recorder != nullptr ? g_generation : 0;
-      g_blocks->insert_or_assign(ptr, Entry{n, dp.get_deleter(), generation});
+      g_blocks->insert_or_assign(ptr, Entry{n, dp.get_deleter(), generation, ++g_serial});
       if (dp.compare_exchange_deleter(dp.get_deleter(), &tracked_delete)) {
         if (generation != 0) {
           g_live_bytes += n;
@@ -219,7 +221,7 @@ std::uint64_t register_cpu_storage(c10::StorageImpl* storage) {
   const std::uint64_t bytes = storage->nbytes();
   if (dp.get_context() == ptr) {
     const c10::DeleterFnPtr inner = dp.get_deleter();
-    g_blocks->insert_or_assign(ptr, Entry{bytes, inner, g_generation});
+    g_blocks->insert_or_assign(ptr, Entry{bytes, inner, g_generation, ++g_serial});
     if (!dp.compare_exchange_deleter(inner, &tracked_delete)) {
       g_blocks->erase(ptr);
       return 0;
@@ -243,6 +245,17 @@ bool cpu_allocator_source_installed() {
 std::uint64_t cpu_live_bytes() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_live_bytes;
+}
+
+std::vector<CpuBlock> cpu_allocator_blocks() {
+  std::vector<CpuBlock> out;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_recorder == nullptr || g_blocks == nullptr) return out;
+  out.reserve(g_blocks->size());
+  for (const auto& [ptr, entry] : *g_blocks) {
+    if (entry.generation == g_generation) out.push_back({reinterpret_cast<std::uint64_t>(ptr), entry.bytes, entry.serial});
+  }
+  return out;
 }
 
 void record_cpu_live_sample(std::uint32_t sample_name_id) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <c10/core/StorageImpl.h>
 
@@ -46,6 +47,16 @@ bool cpu_allocator_source_installed();
 // Bytes of CPU blocks live now by the source's own count (independent of the trace and of the
 // ledger that replays it).
 std::uint64_t cpu_live_bytes();
+
+// The live blocks of this session that the tracking allocator handed out or adopted (their
+// address, bytes and allocation serial), copied under the source's lock: the blocks whose resident pages make
+// PyTorch's layer of the host's resident set (host_memory_source.h). Storages with a context of
+// their own (memory-mapped, shared, from_blob) are counted in cpu_live_bytes() but not listed.
+struct CpuBlock {
+  std::uint64_t addr = 0, bytes = 0;
+  std::uint64_t serial = 0;  // unique per allocation: a block at a reused address is a new one
+};
+std::vector<CpuBlock> cpu_allocator_blocks();
 
 // Records a Sample event "allocator_live_bytes" with cpu_live_bytes(), ordered with the
 // allocation events, so the analysis can check the ledger against it.

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "device_memory_epoch.h"
 #include "json_writer.h"
 #include "module_context.h"
 #include "ridgescope/cuda_trace.h"
@@ -150,6 +151,11 @@ void on_trace_entry(const TorchTraceEntry& te) noexcept {
         }
       }
       record_all_locked();
+      // What the driver holds changed: the NVML sampler takes a reading soon (device_memory_epoch.h).
+      if (entry.action == CudaTraceAction::SegmentAlloc || entry.action == CudaTraceAction::SegmentFree ||
+          entry.action == CudaTraceAction::SegmentMap || entry.action == CudaTraceAction::SegmentUnmap) {
+        bump_device_memory_epoch();
+      }
     }
   }
   t_in_trampoline = false;

@@ -5,6 +5,8 @@
 
 #include "cpu_allocator_source.h"
 #include "cuda_allocator_source.h"
+#include "cupti_source.h"
+#include "host_memory_source.h"
 #include "module_context.h"
 #include "nvml_source.h"
 #include "json_writer.h"
@@ -31,7 +33,7 @@ bool storage_block(const at::Tensor& tensor, Device* device, std::uint64_t* addr
 }  // namespace
 
 TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity_bytes, StackMode stacks,
-                                 FlightOptions flight)
+                                 FlightOptions flight, bool host_memory)
     : keep_steps_(flight.keep_steps), recorder_(make_flight_sink(path, flight)),
       sites_(std::make_unique<SiteCapture>(&recorder_, stacks)) {
   recorder_.metadata("flight", flight_metadata(flight));
@@ -39,6 +41,7 @@ TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity
   sample_name_id_ = recorder_.intern("allocator_live_bytes");
   reserved_sample_id_ = recorder_.intern("allocator_reserved_bytes");
   outside_label_id_ = recorder_.intern("activation saved outside the model (loss or functional code)");
+  if (host_memory) host_ = std::make_unique<HostMemorySampler>(&recorder_);
   if (!install_cpu_allocator_source(&recorder_, capacity_bytes, sites_.get())) {
     recorder_.close();
     throw std::runtime_error(
@@ -46,6 +49,7 @@ TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity
         "nest. Stop the running one (leave its `with rs.track(...)` block) first.");
   }
   active_ = true;
+  if (host_) host_->record_now();  // the resident set when tracking starts
 }
 
 TrackingSession::~TrackingSession() { stop(); }
@@ -70,6 +74,11 @@ std::string TrackingSession::start_driver_view(std::uint32_t interval_ms) noexce
 }
 
 void TrackingSession::stop() noexcept {
+  if (active_ && !degraded_) {  // the session's end; NVML read here, since its sampler stops
+    if (host_) host_->record_now();
+    if (cupti_started_) record_cupti_samples();
+    if (nvml_) nvml_->read_now(NvmlSampler::Reason::Boundary);
+  }
   nvml_.reset();  // joins the sampler thread before the recorder closes
   {
     std::lock_guard<std::mutex> lock(watch_mutex_);
@@ -77,6 +86,7 @@ void TrackingSession::stop() noexcept {
   }
   if (!active_.exchange(false)) return;
   if (!degraded_) sample_allocator_unchecked();
+  if (cupti_started_.exchange(false)) stop_cupti_source();
   if (cuda_started_.exchange(false)) stop_cuda_allocator_source();
   uninstall_cpu_allocator_source();
   recorder_.close();
@@ -104,11 +114,16 @@ void TrackingSession::marker(EventKind kind, std::uint32_t name_id, std::uint64_
   check_recorder();
 }
 
+// The ledgers' readings belong to the phase they stand for: the driver's is asked for at both
+// boundaries (after the begin marker, before the end marker: the sampler's thread takes it),
+// the host's, which the training thread takes itself, at the end only (before the marker).
 void TrackingSession::phase_begin(std::uint32_t name_id) noexcept {
   marker(EventKind::PhaseBegin, name_id, 0);
+  if (active_ && nvml_) nvml_->request_boundary();
 }
 
 void TrackingSession::phase_end(std::uint32_t name_id) noexcept {
+  if (active_) record_ledger_readings();
   marker(EventKind::PhaseEnd, name_id, 0);
 }
 
@@ -126,6 +141,32 @@ void TrackingSession::sample_allocator() noexcept {
 void TrackingSession::sample_allocator_unchecked() noexcept {
   record_cpu_live_sample(sample_name_id_);
   if (cuda_started_) record_cuda_samples(sample_name_id_, reserved_sample_id_);
+}
+
+void TrackingSession::record_ledger_readings() noexcept {
+  if (host_) host_->record_now();
+  if (cupti_started_) record_cupti_samples();
+  if (nvml_) nvml_->request_boundary();  // taken at once by the sampler's thread
+}
+
+void TrackingSession::set_host_memory(bool on) noexcept {
+  try {
+    if (!on) {
+      host_.reset();
+    } else if (!host_) {
+      host_ = std::make_unique<HostMemorySampler>(&recorder_);
+    }
+  } catch (...) {
+  }
+}
+
+std::string TrackingSession::start_cupti() noexcept {
+  if (!active_) return "the session is stopped";
+  if (cupti_started_) return "";
+  const std::string why_not = start_cupti_source(&recorder_, sites_.get());
+  if (why_not.empty()) cupti_started_ = true;
+  check_recorder();
+  return why_not;
 }
 
 std::string TrackingSession::start_cuda() noexcept {
@@ -158,7 +199,7 @@ void TrackingSession::tag_tensor(const at::Tensor& tensor, Category category,
 }
 
 std::uint64_t TrackingSession::register_tensor(const at::Tensor& tensor, Category category,
-                                               std::uint32_t label_id) noexcept {
+                                               std::uint32_t label_id, bool weak) noexcept {
   if (!active_) return 0;
   try {
     if (!tensor.defined() || !tensor.has_storage()) return 0;
@@ -166,7 +207,7 @@ std::uint64_t TrackingSession::register_tensor(const at::Tensor& tensor, Categor
     if (tensor.device().is_cpu()) {
       bytes = register_cpu_storage(tensor.storage().unsafeGetStorageImpl());
     }
-    tag_tensor(tensor, category, label_id, /*weak=*/false);
+    tag_tensor(tensor, category, label_id, weak);
     return bytes;
   } catch (const std::exception& ex) {
     degrade(std::string("internal error while registering a tensor: ") + ex.what());
@@ -236,6 +277,7 @@ void TrackingSession::degrade(const std::string& reason) noexcept {
   }
   // Stop recording: the trace stays readable up to here.
   if (active_.exchange(false)) {
+    if (cupti_started_.exchange(false)) stop_cupti_source();
     if (cuda_started_.exchange(false)) stop_cuda_allocator_source();
     uninstall_cpu_allocator_source();
     recorder_.close();

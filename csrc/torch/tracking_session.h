@@ -29,6 +29,7 @@
 namespace ridgescope::sources {
 
 class NvmlSampler;
+class HostMemorySampler;
 
 class TrackingSession {
  public:
@@ -37,8 +38,11 @@ class TrackingSession {
   // capacity_bytes: a simulated CPU device capacity (0: none); see cpu_allocator_source.h.
   // stacks: what each allocation's site holds (site_capture.h; default the site alone).
   // flight: the flight recorder's options (ridgescope/flight.h): keep_steps 0 keeps every step.
+  // host_memory: the host's resident set is read when tracking starts and at every phase end
+  // (host_memory_source.h; set_host_memory() changes it later).
   explicit TrackingSession(const std::string& path, std::uint64_t capacity_bytes = 0,
-                           StackMode stacks = StackMode::Site, FlightOptions flight = {});
+                           StackMode stacks = StackMode::Site, FlightOptions flight = {},
+                           bool host_memory = true);
   ~TrackingSession();
   TrackingSession(const TrackingSession&) = delete;
   TrackingSession& operator=(const TrackingSession&) = delete;
@@ -49,6 +53,7 @@ class TrackingSession {
 
   std::uint32_t intern(const std::string& text) noexcept;
   void metadata(const std::string& key, const std::string& json) noexcept;
+  // Phase markers; they also take the ledgers' readings (record_ledger_readings).
   void phase_begin(std::uint32_t name_id) noexcept;
   void phase_end(std::uint32_t name_id) noexcept;
   void step(std::uint64_t step) noexcept;
@@ -68,16 +73,24 @@ class TrackingSession {
   // Returns "" when CUDA blocks are tracked, else why not (also written as metadata).
   std::string start_cuda() noexcept;
   bool cuda_started() const noexcept { return cuda_started_.load(); }
+  // Starts the CUPTI source (cupti_source.h): allocations outside PyTorch, by library. Returns ""
+  // when subscribed, else why not (also written as `cupti_source` metadata). Call after
+  // start_cuda().
+  std::string start_cupti() noexcept;
+  // Whether phase ends take a host-memory reading (host_memory_source.h; on by default).
+  void set_host_memory(bool on) noexcept;
 
   // Tags the block behind `tensor` (its storage base). Weak tags apply only to blocks that no
   // strong tag explains. Tensors without storage (meta, fake, sparse) are ignored.
   void tag_tensor(const at::Tensor& tensor, Category category, std::uint32_t label_id,
                   bool weak) noexcept;
 
-  // Adopts the storage of a tensor that existed before the session, then tags it (strongly).
-  // Returns the storage bytes newly counted (0 when already counted).
+  // Adopts the storage of a tensor that existed before the session, then tags it (strongly, or
+  // weakly: what a strong tag explains keeps its category, as a kept gradient does when it is
+  // taken for a copy of the weights). Returns the storage bytes newly counted (0 when already
+  // counted).
   std::uint64_t register_tensor(const at::Tensor& tensor, Category category,
-                                std::uint32_t label_id) noexcept;
+                                std::uint32_t label_id, bool weak = false) noexcept;
 
   // Remembers the parameters whose gradients tag_gradients() reports, with each gradient's
   // label. Replaces any earlier list.
@@ -112,6 +125,10 @@ class TrackingSession {
   void check_recorder() noexcept;
   void marker(EventKind kind, std::uint32_t name_id, std::uint64_t value) noexcept;
   void sample_allocator_unchecked() noexcept;
+  // The ledgers' readings of a phase's end (ridgescope/memory_layers.h): the host's resident
+  // set, CUPTI's module counts and the driver's figure (NVML, asked of its sampler; it is asked
+  // at every begin too). Also taken when the session starts (the host's) and stops.
+  void record_ledger_readings() noexcept;
 
   const std::uint64_t keep_steps_;
   Recorder recorder_;
@@ -131,6 +148,8 @@ class TrackingSession {
   std::uint32_t sample_name_id_ = 0;
   std::uint32_t reserved_sample_id_ = 0;
   std::atomic<bool> cuda_started_{false};
+  std::atomic<bool> cupti_started_{false};
+  std::unique_ptr<HostMemorySampler> host_;  // host-memory readings at boundaries (null: off)
   std::uint32_t outside_label_id_ = 0;
 };
 

@@ -6,17 +6,20 @@
 // The API used is the same in torch 2.11 through 2.14; it takes the reducer's own mutex.
 // Thread-safety: call while no backward pass is running on the reducer (between steps, or from
 // a forward hook); it never throws (an error returns no buckets and says why).
+//
+// Header-only: c10d's reducer.hpp is among the costliest headers to compile, and the module's
+// bindings (csrc/bindings/distributed_bindings.h) include it already, so the one translation
+// unit that includes this header parses it once.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <vector>
 
-#include <ATen/core/Tensor.h>
+#include <exception>
 
-namespace c10d {
-class Reducer;
-}
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
 
 namespace ridgescope::sources {
 
@@ -27,6 +30,26 @@ struct DdpBucket {
 };
 
 // The reducer's buckets now; on failure none, and *error says why.
-std::vector<DdpBucket> ddp_buckets(const c10d::Reducer& reducer, std::string* error) noexcept;
+inline std::vector<DdpBucket> ddp_buckets(const c10d::Reducer& reducer, std::string* error) noexcept {
+  std::vector<DdpBucket> out;
+  try {
+    const std::vector<c10d::GradBucket> buckets = reducer.get_grad_buckets(/*return_zero_tensors=*/false);
+    out.reserve(buckets.size());
+    for (const auto& b : buckets) {
+      DdpBucket d;
+      d.index = b.getIndex();
+      d.buffer = b.getBuffer();
+      d.parameters = b.getParameters();
+      out.push_back(std::move(d));
+    }
+  } catch (const std::exception& ex) {
+    out.clear();
+    if (error != nullptr) *error = ex.what();
+  } catch (...) {
+    out.clear();
+    if (error != nullptr) *error = "unknown error reading the DDP reducer's buckets";
+  }
+  return out;
+}
 
 }  // namespace ridgescope::sources

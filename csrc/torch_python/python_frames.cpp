@@ -14,105 +14,15 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "library_files.h"
 #include "site_capture.h"
 
-// Which frame layout this build reads (it is built against one Python's headers).
-#if defined(Py_GIL_DISABLED) || PY_VERSION_HEX >= 0x030E0000 || PY_VERSION_HEX < 0x030A0000
-#define RS_PYFRAMES 0
-#elif PY_VERSION_HEX >= 0x030D0000
-#define RS_PYFRAMES 313
-#elif PY_VERSION_HEX >= 0x030C0000
-#define RS_PYFRAMES 312
-#elif PY_VERSION_HEX >= 0x030B0000
-#define RS_PYFRAMES 311
-#else
-#define RS_PYFRAMES 310
-#endif
+#include "python_frame_layout.h"
 
 namespace ridgescope::sources {
 namespace {
 
-#if RS_PYFRAMES >= 311
-// A code unit (_Py_CODEUNIT: two bytes, internal to CPython in 3.13) and the first one of a code
-// object (_PyCode_CODE).
-using CodeUnit = std::uint16_t;
-const CodeUnit* code_start(PyCodeObject* code) { return reinterpret_cast<const CodeUnit*>(code->co_code_adaptive); }
-
-// The first fields of CPython's _PyInterpreterFrame (Include/internal/pycore_frame.h of each
-// version), as far as the walk reads them.
-#if RS_PYFRAMES == 311
-struct InterpreterFrame {
-  PyObject* f_func;
-  PyObject* f_globals;
-  PyObject* f_builtins;
-  PyObject* f_locals;
-  PyCodeObject* f_code;
-  PyFrameObject* frame_obj;
-  InterpreterFrame* previous;
-  CodeUnit* prev_instr;
-  int stacktop;
-  bool is_entry;
-  char owner;
-};
-PyCodeObject* code_of(const InterpreterFrame* f) { return f->f_code; }
-const CodeUnit* instruction_of(const InterpreterFrame* f) { return f->prev_instr; }
-#elif RS_PYFRAMES == 312
-struct InterpreterFrame {
-  PyCodeObject* f_code;
-  InterpreterFrame* previous;
-  PyObject* f_funcobj;
-  PyObject* f_globals;
-  PyObject* f_builtins;
-  PyObject* f_locals;
-  PyFrameObject* frame_obj;
-  CodeUnit* prev_instr;
-  int stacktop;
-  std::uint16_t return_offset;
-  char owner;
-};
-PyCodeObject* code_of(const InterpreterFrame* f) { return f->f_code; }
-const CodeUnit* instruction_of(const InterpreterFrame* f) { return f->prev_instr; }
-#else  // 3.13
-struct InterpreterFrame {
-  PyObject* f_executable;
-  InterpreterFrame* previous;
-  PyObject* f_funcobj;
-  PyObject* f_globals;
-  PyObject* f_builtins;
-  PyObject* f_locals;
-  PyFrameObject* frame_obj;
-  CodeUnit* instr_ptr;
-  int stacktop;
-  std::uint16_t return_offset;
-  char owner;
-};
-PyCodeObject* code_of(const InterpreterFrame* f) {
-  return f->f_executable != nullptr && PyCode_Check(f->f_executable) ? reinterpret_cast<PyCodeObject*>(f->f_executable)
-                                                                    : nullptr;
-}
-const CodeUnit* instruction_of(const InterpreterFrame* f) { return f->instr_ptr; }
-#endif
-constexpr char kOwnedByGenerator = 1;
-constexpr char kOwnedByCStack = 3;  // 3.12+: the interpreter's entry frames
-
-const InterpreterFrame* top_frame(PyThreadState* ts) {
-#if RS_PYFRAMES >= 313
-  return reinterpret_cast<const InterpreterFrame*>(ts->current_frame);
-#else
-  return ts->cframe != nullptr ? reinterpret_cast<const InterpreterFrame*>(ts->cframe->current_frame) : nullptr;
-#endif
-}
-
-// _PyFrame_IsIncomplete of each version: frames the public API never shows.
-bool incomplete(const InterpreterFrame* f) {
-#if RS_PYFRAMES >= 312
-  if (f->owner == kOwnedByCStack) return true;
-#endif
-  PyCodeObject* code = code_of(f);
-  if (code == nullptr) return true;
-  return f->owner != kOwnedByGenerator && instruction_of(f) < code_start(code) + code->_co_firsttraceable;
-}
-#endif  // RS_PYFRAMES >= 311
+using namespace pyframe;  // NOLINT: the mirrored layout (python_frame_layout.h)
 
 // One frame of the walk: the frame itself, its code object and the index of its current
 // instruction. (frame, code, lasti) identify a frame's position for the path cache.
@@ -221,40 +131,25 @@ PyObject* function_name_of(PyCodeObject* code) {
 #endif
 }
 
-// Which files are library code; set by configure(), read by every walk.
-struct Roots {
-  std::vector<std::string> library, stdlib;
-};
+// The directories of library code on this machine; set by configure(), read by every walk.
+using Roots = detail::CodeRoots;
 std::mutex g_roots_mutex;
 std::shared_ptr<const Roots> g_roots = std::make_shared<Roots>();
 std::atomic<std::uint64_t> g_roots_version{1};
 
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 enum class CodeClass : std::uint8_t { User, Library, Engine };
 
+// The core's one rule decides library code (library_files.h); the engine's entry is this
+// walker's own stop.
 CodeClass classify(const Roots& roots, const std::string& file, const std::string& name) {
-  // Frozen standard-library modules, and code torch.fx generates for a GraphModule (the graph
-  // Dynamo captured): torch's, not the user's.
-  if (starts_with(file, "<frozen ") || starts_with(file, "<eval_with_key>")) return CodeClass::Library;
-  for (const std::string& root : roots.library) {
-    if (!starts_with(file, root)) continue;
-    // torch's autograd engine entry: below it, C++ autograd runs (see site_capture.h).
-    if (name == "_engine_run_backward" && file.size() >= 17 &&
-        file.compare(file.size() - 17, 17, "autograd/graph.py") == 0) {
-      return CodeClass::Engine;
-    }
-    return CodeClass::Library;
-  }
-  for (const std::string& root : roots.stdlib) {
-    if (starts_with(file, root) && file.find("/site-packages/") == std::string::npos &&
-        file.find("/dist-packages/") == std::string::npos) {
-      return CodeClass::Library;
-    }
-  }
-  return CodeClass::User;
+  if (!detail::is_library_file(file, &roots)) return CodeClass::User;
+  // torch's autograd engine entry: below it, C++ autograd runs (see site_capture.h).
+  if (name == "_engine_run_backward" && ends_with(file, "autograd/graph.py")) return CodeClass::Engine;
+  return CodeClass::Library;
 }
 
 // What one thread knows about code objects it met in this session.

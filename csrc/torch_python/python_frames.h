@@ -34,9 +34,10 @@
 
 namespace ridgescope::sources {
 
-// Sets which files are library code (skipped when looking for the user's frame): files under
-// `library_roots` (torch, ridgescope) and under `stdlib_roots` except third-party packages
-// installed inside them (site-packages, dist-packages), and frozen modules. Checks the walker
+// Sets which files are library code (skipped when looking for the user's frame): the core's rule
+// (csrc/core/util/library_files.h) with this machine's directories, files under
+// `library_roots` (torch, ridgescope, Inductor's cache) and under `stdlib_roots` except
+// third-party packages installed inside them (site-packages, dist-packages). Checks the walker
 // against the public API on this thread and installs it (set_python_frame_walker). Returns ""
 // when Python frames are read, else why not. Needs the GIL.
 std::string configure_python_frames(const std::vector<std::string>& library_roots,

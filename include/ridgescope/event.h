@@ -27,8 +27,12 @@ enum class EventKind : std::uint8_t {
   Sample = 10,       // a periodic or boundary reading (name in string_id, reading in value)
   String = 11,       // defines string `string_id` (text carried alongside)
   Metadata = 12,     // a key (string_id) and a JSON text describing the run
+  // Format version 3 (trace_format::kFirstExternalVersion; ridgescope/external_alloc.h): device
+  // memory allocated outside PyTorch's allocator (CUDA context aside), as CUPTI sees it.
+  ExternalAlloc = 13,  // a non-PyTorch allocation became live (library in string_id, API in flags)
+  ExternalFree = 14,   // it was freed (bytes repeats its size; API in flags)
   // Format version 4 (trace_format::kFirstFlightVersion; ridgescope/flight_records.h): the
-  // bounded flight recorder. Kind 15 is timed; 66-71 are untimed.
+  // bounded flight recorder. Kind 15 is timed; 66-72 are untimed.
   Mark = 15,         // rs.mark(name): a moment the user named (name in string_id, thread)
   // Format version 2 (ridgescope/stack.h): untimed definitions of the frame and stack tables,
   // delivered by a reader after it absorbed them (string_id is the id defined).
@@ -42,6 +46,9 @@ enum class EventKind : std::uint8_t {
   CheckpointBlock = 70,    // a live block at the checkpoint (TraceReader::checkpoint_block)
   Resolve = 71,            // the final category of the block live at device/addr at a window's end:
                            // category, flags (kTagInferred), string_id (its label)
+  CheckpointExternal = 72, // an allocation outside PyTorch live at the checkpoint: the fields of
+                           // its external_alloc (device, addr, bytes, API in flags, library in
+                           // string_id, thread, stack_id)
 };
 
 std::string_view event_kind_name(EventKind kind) noexcept;
@@ -75,11 +82,12 @@ struct Event {
   std::uint64_t stream = 0;           // CUDA stream handle as an integer; 0 on CPU
   std::uint32_t thread = 0;           // small per-process thread number of the caller
   Category category = Category::Unknown;  // tag
-  std::uint8_t flags = 0;             // tag: kTagWeak
+  std::uint8_t flags = 0;             // tag: kTagWeak; external_*: the API (ExternalApi)
   std::uint32_t string_id = 0;        // tag: label; phase_*: name; sample/metadata: key; string,
                                       // frame, stack: the id defined; alloc: the module running
-                                      // (its name), 0 if none
-  std::uint32_t stack_id = 0;         // alloc: where it was made (a stack id, ridgescope/stack.h);
+                                      // (its name), 0 if none; external_alloc: the library that
+                                      // allocated (its file name)
+  std::uint32_t stack_id = 0;         // alloc, external_alloc: where it was made (a stack id, ridgescope/stack.h);
                                       // 0 when the source recorded none
   std::uint64_t value = 0;            // step: step number; oom: device free bytes; sample: reading
   std::string_view text;              // string, metadata: the text (valid until the next read)

@@ -86,6 +86,15 @@ struct OomContext {
   bool first_optimizer_step = false;           // failing inside the first optimizer_step
   std::uint64_t optimizer_state_created = 0;   // optimizer state made by this step so far, bytes
   FreeSpace free;
+  // Memory outside PyTorch at the failure, where the device ledger knows it (docs/forensics.md,
+  // "The device ledger"): the allocations CUPTI saw, by library, and the driver's last reading.
+  struct Outside {
+    bool itemised = false;  // CUPTI saw the allocations outside PyTorch
+    std::vector<std::pair<std::string, std::uint64_t>> by_library;  // live bytes, largest first
+    std::optional<std::uint64_t> process_bytes;  // this process outside PyTorch (driver - reserved)
+    std::uint64_t context_bytes = 0;             // of it, the CUDA context (first reading)
+  };
+  std::optional<Outside> outside;
 };
 
 Verdict explain_oom(const OomContext& context);

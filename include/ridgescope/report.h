@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "ridgescope/forensics.h"
 #include "ridgescope/ledger.h"
 #include "ridgescope/run_glance.h"
+#include "ridgescope/memory_layers.h"
 #include "ridgescope/stack.h"
 
 namespace ridgescope {
@@ -49,6 +51,10 @@ struct ReportFrame {
   std::uint64_t line = 0;  // 1-based; 0 when none
   std::string function;   // Python: the (qualified) function; autograd: the node; untracked: why
   std::string module;     // autograd frames: the module whose forward made the node
+  // Decided by the core for every consumer (docs/sites.md, "Library frames"):
+  bool library = false;   // library code (torch, the standard library, native frames, ...), not the user's
+  std::string text;       // as a person reads it, the file's base name: "model.py:50 in MLPBlock.forward"
+  std::string location;   // the same with the whole path: "/home/me/model.py:50 in MLPBlock.forward"
 };
 
 // Bytes live at the peak that were made at one site, in one category.
@@ -114,6 +120,9 @@ struct PeakInfo {
   std::vector<TopBlock> top_blocks;  // largest first
   FreeSpace free;                    // the cache's free space at the peak (empty on CPU)
   std::vector<LabelBytes> by_label;  // largest first
+  // `parameter` and `buffer` bytes by label, every label (not in the JSON: the per-model
+  // figures of ModelSummary::models are summed from it)
+  std::vector<LabelBytes> persistent_labels;
   std::vector<SiteBytes> by_site;    // largest first (AnalysisOptions::top_sites)
   std::vector<StackBytes> stacks;    // largest first; all of the peak (AnalysisOptions::max_stacks)
   std::uint64_t stacks_merged = 0;   // stacks beyond max_stacks, merged into one entry without frames
@@ -231,6 +240,26 @@ struct RunSummary {
 // The model header: what the model is and the persistent bytes per trainable parameter its
 // dtypes and optimizer imply, next to what was measured. Counts and bytes come from the `run`
 // metadata; where it has none, parameter_bytes is the measured `parameter` bytes.
+// One model of the run: the tracked one, and every other the script held (an EMA copy, a
+// frozen reference model or teacher, a frozen encoder), as the Python layer described it, with
+// the bytes the analysis measured under its labels at the peak.
+struct ModelListEntry {
+  std::string name;          // the variable or attribute holding it, else class and creation site
+  std::string class_name;
+  std::string found;         // how: "tracked", "called", "variable", "attribute", "element",
+                             // "created", "collection"
+  std::string created_at;    // "train.py:9", "" when not known
+  std::string label_prefix;  // its labels start with this ("" for the tracked model)
+  std::string copy_of;       // a collection of tensors copying this model's parameters, or ""
+  bool trainable = false;    // whether any of its parameters requires a gradient
+  std::uint64_t parameters = 0, parameter_tensors = 0, trainable_parameters = 0;  // counts
+  std::uint64_t parameter_bytes = 0, trainable_parameter_bytes = 0;  // bytes, from its tensors
+  std::uint64_t buffers = 0, buffer_bytes = 0;                       // count, bytes
+  std::vector<std::pair<std::string, std::uint64_t>> dtypes;  // dtype -> parameter tensors
+  std::vector<std::string> devices;
+  std::uint64_t peak_parameter_bytes = 0, peak_buffer_bytes = 0;  // measured at the peak, bytes
+};
+
 struct ModelSummary {
   std::string class_name;                       // "" when unknown
   std::optional<std::uint64_t> parameters, parameter_tensors;           // counts
@@ -245,6 +274,7 @@ struct ModelSummary {
   std::optional<double> expected_persistent_bytes_per_parameter;
   std::optional<double> measured_persistent_bytes_per_parameter;
   std::optional<std::uint64_t> measured_at_step;
+  std::vector<ModelListEntry> models;  // every model, the tracked one first (when known)
 };
 
 struct OptimizerSummary {
@@ -276,6 +306,19 @@ struct RecorderSummary {
   std::uint64_t bytes_written = 0, buffer_bytes_peak = 0;
 };
 
+// How strong the evidence behind a snapshot's inferred category is, strongest first
+// (SnapshotReason::evidence; docs/snapshot.md, "How sure the categories are"): the snapshot names
+// the category, a frame of the block's stack does, the step's structure does (lifetimes across
+// the phases, sizes matched within the step, the step repeated), size or lifetime alone does, or
+// nothing does (unknown).
+inline constexpr std::array<std::string_view, 5> kSnapshotEvidence = {"recorded", "frames", "structure", "weak",
+                                                                      "none"};
+// How each evidence reads in a sentence ("12.5% by frames"), in kSnapshotEvidence's order; the
+// report carries it (snapshot.confidence.evidence_text) for the text and HTML reporters.
+inline constexpr std::array<std::string_view, 5> kSnapshotEvidenceText = {
+    "recorded in the snapshot", "by frames", "by the step's structure", "by size or lifetime alone",
+    "by nothing (unknown)"};
+
 // Why the blocks of a snapshot PyTorch wrote have their categories: one inference rule and what
 // decided it (docs/snapshot.md lists the rules), with the bytes it holds.
 struct SnapshotReason {
@@ -283,6 +326,8 @@ struct SnapshotReason {
   Category category = Category::Unknown;
   std::string reason;    // plain language with the deciding frame, e.g. "allocated under
                          // torch/optim/adamw.py _init_group"
+  std::string evidence;  // how strong: "recorded", "frames", "structure", "weak" (size or lifetime
+                         // alone) or "none" (unknown); docs/snapshot.md
   std::uint64_t allocations = 0;  // blocks decided so
   std::uint64_t peak_bytes = 0;   // of them, bytes live at the peak (all reasons sum to peak.bytes)
   std::uint64_t peak_blocks = 0;
@@ -362,6 +407,11 @@ struct Report {
   std::vector<ReportFrame> frames;         // frames the sites, stacks and verdicts refer to
   std::optional<RetainedGrowth> retained;  // set when bytes kept across steps grow
   RunGlance glance;                        // every step summarised (ridgescope/run_glance.h)
+  // The two ledgers beside the composition (ridgescope/memory_layers.h): the process's resident
+  // set in three layers (set when the trace has host samples) and, for a CUDA device, the
+  // driver's figure reconciled with reserved bytes and the allocations outside PyTorch.
+  std::optional<HostMemoryReport> host_memory;
+  std::optional<DeviceLedgerReport> device_ledger;
 
   // The report as JSON (docs/report_schema.md), and written to a file (throws
   // std::runtime_error naming the path when it cannot be written).

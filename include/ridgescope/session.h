@@ -84,6 +84,22 @@ class Options {
     return *this;
   }
   std::uint64_t keep_steps() const noexcept { return keep_steps_; }
+  // Itemises device memory allocated outside PyTorch (NCCL, cuBLAS, any library's cudaMalloc
+  // or cuMem* calls) with CUPTI when CUDA is tracked (docs/gpu.md, "Memory outside PyTorch";
+  // default: on). CUPTI takes one subscriber: turn it off to profile with Nsight or Kineto.
+  Options& cupti(bool on) {
+    cupti_ = on;
+    return *this;
+  }
+  bool cupti() const noexcept { return cupti_; }
+
+  // Reads the process's resident set when tracking starts and at every phase end, for the
+  // report's host_memory layers (docs/forensics.md; default: on).
+  Options& host_memory(bool on) {
+    host_memory_ = on;
+    return *this;
+  }
+  bool host_memory() const noexcept { return host_memory_; }
 
  private:
   std::string out_ = "ridgescope.rstrace";
@@ -91,6 +107,8 @@ class Options {
   bool driver_view_ = false;
   std::uint32_t driver_view_interval_ms_ = 100;
   std::uint64_t keep_steps_ = 0;
+  bool cupti_ = true;
+  bool host_memory_ = true;
 };
 
 class Session {

@@ -50,6 +50,8 @@ struct SnapshotWriteStats {
   std::uint64_t allocations = 0;    // alloc entries
   std::uint64_t segments = 0;       // segments live at the end
   std::uint64_t annotations = 0;    // external_annotations (phase begin/end, steps)
+  std::uint64_t outside_allocations = 0;  // allocations outside PyTorch, exported as their own
+                                          // segments (category non_pytorch)
   std::uint64_t bytes = 0;          // size of the pickle
 };
 

@@ -377,8 +377,7 @@ class CompileTracking:
                 instr.tag_optimizer_state(optimizer)
                 if instr._counted_optimizer is None:
                     instr._counted_optimizer = optimizer
-            instr._native.step(instr._step)
-            instr._step += 1
+            instr.mark_step()
 
     def _open(self, call: "_FunctionCall", phase: str) -> None:
         self._in_listener = True

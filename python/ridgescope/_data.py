@@ -1,4 +1,5 @@
-"""Data a DataLoader's dataset holds: the ``input`` category (docs/categories.md).
+"""Data a DataLoader's dataset holds, and the batches it yields: the ``input`` category
+(docs/categories.md).
 
 A dataset made before training (a ``TensorDataset`` of the whole training set, a dataset class
 that keeps its tokens in one tensor) is live for the whole run, and no training-loop signal
@@ -136,3 +137,18 @@ class DatasetRegistrar:
             return __iter__
 
         self._instr._patch(torch.utils.data.DataLoader, "__iter__", make)
+
+        # Each batch a DataLoader yields is input from its collation on, also when it is held
+        # ahead of its step (accelerate's DataLoaderShard fetches the next batch first) or only
+        # reaches the model through other tensors (a diffusion step's noised images).
+        tag = self._instr._guard(self.tag_batch)
+
+        def make_next(original: Any) -> Any:
+            def __next__(it: Any) -> Any:
+                batch = original(it)
+                tag(batch)
+                return batch
+            from . import _compile
+            return _compile.transparent(original, __next__)
+
+        self._instr._patch(torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", make_next)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 import threading
 import warnings
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -24,8 +26,12 @@ from torch.utils._pytree import tree_flatten
 
 from . import _compile, _model_info
 from ._data import DatasetRegistrar
+from ._models import Models
 from ._version import __version__
 from .distributed import DistributedTracking, local_tensor
+
+# Pushed on the module call stack for the outermost call of a model other than the root.
+_MODEL_CALL = "model call"
 
 BUILTIN_PHASES = ("forward", "backward", "optimizer_step", "zero_grad", "checkpoint", "eval",
                   "data", "recompute", "compile")
@@ -35,7 +41,8 @@ class Instrumentation:
     """Installs and removes the hooks of one session. Owned by ``Session``."""
 
     def __init__(self, native: Any, model: torch.nn.Module | None,
-                 optimizer: torch.optim.Optimizer | None, activations: bool = True) -> None:
+                 optimizer: torch.optim.Optimizer | None, activations: bool = True,
+                 other_models: bool = True) -> None:
         self._native = native
         model = _compile.unwrap_module(model)  # torch.compile(model): the model it compiled
         self._model = model
@@ -54,8 +61,12 @@ class Instrumentation:
         self._module_labels: dict[int, tuple[int, int, str, int]] = {}
         self._tagged: dict[tuple[int, str], int] = {}  # (id(tensor owner), key) -> storage ptr
         self._root: torch.nn.Module | None = model
+        # outermost module -> whether it holds the root (a DDP wrapper of rs.track(model=inner))
+        self._root_wrappers: weakref.WeakKeyDictionary[torch.nn.Module, bool] = \
+            weakref.WeakKeyDictionary()
         self._step = 0
         self._counted_optimizer = optimizer
+        self._step_phases: dict[int, bool] = {}  # id(optimizer) -> its step opened optimizer_step
         self.run_extra: dict[str, Any] = {}  # more of the run's description (the capacity)
         # Called once when a discovered root module holds CUDA tensors (starts the CUDA source).
         self.on_cuda_module: Callable[[], None] | None = None
@@ -64,6 +75,9 @@ class Instrumentation:
         # DDP buckets, FSDP shards and gathers, ZeRO (python/ridgescope/distributed)
         self.distributed = DistributedTracking(self)
         self.datasets = DatasetRegistrar(self)  # a DataLoader's dataset is input (_data.py)
+        from ._code_roots import _code_roots
+        # every model's parameters (_models.py); other_models=False: the given model only
+        self.models = Models(self, *_code_roots(), enabled=other_models)
         self.failed = False
         self.error: str | None = None
         # ridgescope's global module and optimizer hooks (out while compiled code runs: _compile.py)
@@ -83,7 +97,7 @@ class Instrumentation:
         return lid
 
     def _param_name(self, p: torch.Tensor) -> str:
-        name = self._param_names.get(id(p))
+        name = self.distributed.names.get(id(p)) or self._param_names.get(id(p))
         if name is None:
             name = f"parameter {tuple(p.shape)}"
         return name
@@ -123,12 +137,14 @@ class Instrumentation:
 
     # ----------------------------------------------------------------------------- phases
     def begin_phase(self, name: str, explicit: bool) -> bool:
-        """Opens a phase. An automatic phase is skipped while an explicit phase of the same name
-        is open (the user's markers win). Returns whether a phase was opened."""
+        """Opens a phase. An automatic phase is skipped while a phase of the same name is open:
+        the user's markers win, and a phase inside itself is the outer one (ZeRO's local
+        optimizer stepping inside the wrapper's step, autograd's backward inside DeepSpeed's).
+        Returns whether a phase was opened."""
         for listener in self.phase_listeners:
             listener(name, True)
         with self._phase_lock:
-            if not explicit and any(n == name and e for n, e in self._phase_stack):
+            if not explicit and any(n == name for n, _ in self._phase_stack):
                 return False
             self._phase_stack.append((name, explicit))
             self._recomputing = any(n == "recompute" for n, _ in self._phase_stack)
@@ -168,6 +184,19 @@ class Instrumentation:
             return
         self._tagged[cache_key] = ptr
         self._native.tag(tensor, category, self.label(label()), False)
+
+    def watch_gradients(self) -> None:
+        """Hands the trainable parameters to the native gradient scan: of the model and the
+        optimizer, and of every other model found (a GAN's discriminator), less those whose .grad
+        a strategy keeps inside a buffer of its own (DeepSpeed's reduce bucket: not a gradient's
+        block, labelled by the strategy)."""
+        unwatched = self.distributed.unwatched
+        trainable = [p for p in self._params if p.requires_grad]
+        seen = {id(p) for p in trainable}
+        trainable += [p for p in self.models.trainable_parameters() if id(p) not in seen]
+        trainable = [p for p in trainable if id(p) not in unwatched]
+        self._native.watch_parameters(
+            trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
 
     def tag_gradients(self) -> None:
         """Tags the gradients whose block changed since the last scan: one pass in C++ over the
@@ -211,18 +240,15 @@ class Instrumentation:
                     out.append(p)
         return out
 
-    def register_existing(self) -> None:
-        """Adopts the storages that existed before the session so the ledger starts right."""
+    def register_existing(self, found: str = "tracked") -> None:
+        """Adopts the storages that existed before the session so the ledger starts right, and
+        finds the other models the script holds (_models.py)."""
         n = self._native
         self.distributed.on_model(self._model)  # labels shards and buckets its own way
         self.distributed.on_optimizer(self._optimizer)
         local = self.distributed.local  # a DTensor's local shard; None: labelled already
-        if self._model is not None:
-            for name, p in self._model.named_parameters(remove_duplicate=True):
-                if local(p) is not None:
-                    n.register(local(p), "parameter", self.label(name))
-            for name, b in self._model.named_buffers(remove_duplicate=True):
-                n.register(local(b), "buffer", self.label(name))
+        if self._model is not None:  # its parameters and buffers, by module path
+            self.models.set_root(self._model, found)
         for p in self._params:
             if self._model is None and local(p) is not None:
                 n.register(local(p), "parameter", self.label(self._param_name(p)))
@@ -235,6 +261,17 @@ class Instrumentation:
                     if isinstance(value, torch.Tensor):
                         n.register(local_tensor(value), "optimizer_state",
                                    self.label(f"{key} of {self._param_name(p)}"))
+        self.models.discover(sys._getframe(1))
+        self._models_changed()
+
+    def _models_changed(self, describe: bool = True) -> None:
+        """After models were found: names for gradients and optimizer state, the gradients to
+        watch, and the run's description."""
+        self._param_names = {**_model_info.parameter_names(self._model, self._optimizer),
+                             **self.models.parameter_names}
+        self.watch_gradients()
+        if describe:
+            self._describe()
 
     # ------------------------------------------------------------------- discovery (no model)
     # Without a model (``rs.track()``, ``ridgescope run``), the root is the first module called
@@ -249,11 +286,7 @@ class Instrumentation:
         if self.on_cuda_module is not None and any(p.is_cuda for p in self._params):
             start, self.on_cuda_module = self.on_cuda_module, None
             start()  # before the storages are tagged: the CUDA blocks must be live first
-        self.register_existing()
-        trainable = [p for p in self._params if p.requires_grad]
-        self._native.watch_parameters(
-            trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
-        self._describe()
+        self.register_existing(found="called")  # describes the run
 
     def _adopt_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         self._optimizer = optimizer
@@ -263,14 +296,12 @@ class Instrumentation:
             self._params = self._all_params()
             for p in self._params:
                 self._native.register(p, "parameter", self.label(self._param_name(p)))
-            trainable = [p for p in self._params if p.requires_grad]
-            self._native.watch_parameters(
-                trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
-        self._describe()
+        self._models_changed()
 
     def _describe(self) -> None:
         """(Re)writes the run's description; the analysis keeps the last one."""
         run = _model_info.describe_run(self._model, self._optimizer, __version__)
+        run["models"] = self.models.describe()
         if self.run_extra:
             run.update(self.run_extra)
         self._native.metadata("run", json.dumps(run, sort_keys=True))
@@ -289,8 +320,8 @@ class Instrumentation:
                         if m is module:
                             name = n
                             break
-            if name is None:
-                name = type(module).__name__
+            if name is None:  # a module of another model (a teacher's layer), else its class
+                name = self.models.module_name(module) or type(module).__name__
             info = (self.label(f"activation saved in {name}"),
                     self.label(f"activation recomputed in {name}"), name, self.label(name))
             self._module_labels[id(module)] = info
@@ -339,11 +370,19 @@ class Instrumentation:
                 opened = "recompute"
             else:
                 if self._root is None:
-                    self._adopt_root(module)
+                    if self.models.may_be_root(module):  # not a frozen teacher called first
+                        self._adopt_root(module)
+                    elif self.models.is_waiting(module):
+                        opened = _MODEL_CALL
+                elif module is not self._root:
+                    if self.models.on_outer_call(module):
+                        self._models_changed()  # a second model (a reference model's forward)
+                    if self.models.in_other_model(module):
+                        opened = _MODEL_CALL
                 self.distributed.on_outer_module(module)  # a DDP/FSDP wrapper around the model
-                if module is self._root:
+                if module is self._root or self._wraps_root(module):
                     opened = "forward" if torch.is_grad_enabled() else "eval"
-            if opened is not None and not self.begin_phase(opened, explicit=False):
+            if opened not in (None, _MODEL_CALL) and not self.begin_phase(opened, explicit=False):
                 opened = None
             if opened == "forward":
                 leaves, _ = tree_flatten((args, kwargs))
@@ -354,6 +393,23 @@ class Instrumentation:
         calls.append(opened)
         info = self._module_info(module)
         self._native.enter_module(info[0], info[3])
+
+    def _wraps_root(self, module: torch.nn.Module) -> bool:
+        """Whether an outermost module holds the tracked model (DDP, FSDP or any wrapper around
+        ``rs.track(model=inner)``): its forward is the model's forward. Looked up once per
+        module."""
+        try:
+            return self._root_wrappers[module]
+        except KeyError:
+            pass
+        except TypeError:  # not weakly referenceable: not remembered
+            return any(m is self._root for m in module.modules())
+        holds = self._root is not None and any(m is self._root for m in module.modules())
+        try:
+            self._root_wrappers[module] = holds
+        except TypeError:
+            pass
+        return holds
 
     def _on_module_post(self, module: torch.nn.Module, args: tuple, kwargs: dict,
                         output: Any) -> None:
@@ -366,10 +422,18 @@ class Instrumentation:
             for t in leaves:
                 if isinstance(t, torch.Tensor):
                     self._native.tag(t, "activation", label, True)
+        if opened is _MODEL_CALL:  # another model's output (a teacher's logits) feeds the loss
+            if output is not None:
+                label = self.label(f"output of {self.models.call_name(module)}")
+                leaves, _ = tree_flatten(output)
+                for t in leaves:
+                    if isinstance(t, torch.Tensor):
+                        self._native.tag(t, "activation", label, True)
+            opened = None
         if opened in ("forward", "eval") and output is not None:
             # The model's output (logits) lives on after forward for the loss: an activation of
             # this forward, not an unexplained block.
-            label = self.label(f"output of {self._module_info(module)[2]}")
+            label = self.label(f"output of {self.models.call_name(module)}")
             leaves, _ = tree_flatten(output)
             for t in leaves:
                 if isinstance(t, torch.Tensor):
@@ -445,9 +509,12 @@ class Instrumentation:
                               opt_mod.register_optimizer_step_post_hook(step_post_hook)]
         self._handles.extend(self.hook_handles[-2:])
 
-        trainable = [p for p in self._params if p.requires_grad]
-        self._native.watch_parameters(
-            trainable, [self.label(f"grad of {self._param_name(p)}") for p in trainable])
+        self.watch_gradients()
+        # registration hooks: out of torch's dictionaries while compiled code runs or compiles
+        # (Dynamo would break the graph at a module made inside it, ModuleList slicing)
+        registration = self.models.install(self._guard)
+        self.hook_handles += registration
+        self.module_hook_handles += registration
 
         if self._activations:
             # The native session's hooks are plain C functions (called per saved tensor); a stand-in
@@ -477,6 +544,8 @@ class Instrumentation:
 
     def _on_step_pre(self, optimizer: torch.optim.Optimizer, args: tuple = (),
                      kwargs: dict | None = None) -> tuple[tuple, dict] | None:
+        if self._step_phases.pop(id(optimizer), False):  # its last step raised inside the phase
+            self.end_phase("optimizer_step")
         if self._counted_optimizer is None:
             self._counted_optimizer = optimizer
         if self._optimizer is None:
@@ -488,14 +557,16 @@ class Instrumentation:
             # step(closure) (Lightning, LBFGS) runs the closure's forward and backward inside the
             # step: the optimizer_step phase opens when the first closure call returns (calls
             # after it, LBFGS's line search, are inside the update).
-            wrapped = self._around_closure(closure)
+            wrapped = self._around_closure(closure, optimizer)
             if "closure" in kwargs:
                 return args, {**kwargs, "closure": wrapped}
             return (args[0], wrapped, *args[2:]), kwargs
-        self.begin_phase("optimizer_step", explicit=False)
+        # Nested in another optimizer's step (ZeRO's local optimizer, DeepSpeed's): not opened,
+        # so the outer step is one phase and one step.
+        self._step_phases[id(optimizer)] = self.begin_phase("optimizer_step", explicit=False)
         return None
 
-    def _around_closure(self, closure: Callable[..., Any]) -> Callable[..., Any]:
+    def _around_closure(self, closure: Callable[..., Any], optimizer: Any) -> Callable[..., Any]:
         begin = self._guard(self.begin_phase)
         calls = [0]
 
@@ -506,16 +577,33 @@ class Instrumentation:
             try:
                 return closure(*args, **kwargs)
             finally:
-                begin("optimizer_step", False)
+                self._step_phases[id(optimizer)] = begin("optimizer_step", False) is True
         return run_closure
 
     def _on_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.tag_optimizer_state(optimizer)
         self.distributed.after_step(optimizer)
-        self.end_phase("optimizer_step")
+        self.discover_models()
+        if self._step_phases.pop(id(optimizer), False):
+            self.end_phase("optimizer_step")
         if optimizer is self._counted_optimizer:
-            self._native.step(self._step)
-            self._step += 1
+            self.mark_step()
+
+    def count_steps_at(self, owner: Any) -> None:
+        """Steps are counted by ``owner`` (a strategy's wrapper that is no torch optimizer:
+        DeepSpeed's ZeRO optimizer calls ``mark_step`` when its step ends), not by the torch
+        optimizer that steps inside it."""
+        self._counted_optimizer = owner
+
+    def mark_step(self) -> None:
+        """One training step ended."""
+        self._native.step(self._step)
+        self._step += 1
+
+    def discover_models(self) -> None:
+        """The step's end: models made or changed during the step (_models.py)."""
+        if self.models.discover(sys._getframe(1)):
+            self._models_changed()
 
     def remove(self) -> None:
         """Removes every hook and patch; safe to call twice."""
@@ -533,6 +621,7 @@ class Instrumentation:
         for restore in reversed(self._restore):
             restore()
         self._restore.clear()
+        self.models.remove()
         self.distributed.remove()
         if self._saved_hooks is not None:
             hooks, self._saved_hooks = self._saved_hooks, None

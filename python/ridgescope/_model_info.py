@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .distributed._tracking import local_tensor
+from .distributed._tensors import local_bytes, local_numel
 
 # Optimizer state tensors per parameter, by optimizer class name, as a function of its
 # hyperparameters (a param group's defaults). Scalar counters (Adam's `step`) are not counted:
@@ -41,10 +41,9 @@ def _states_per_parameter(optimizer: torch.optim.Optimizer) -> tuple[int | None,
 
 
 def storage_bytes(t: torch.Tensor) -> int:
-    """Bytes of the tensor's own elements (numel x element size); of a DTensor (FSDP2), this
-    rank's local shard."""
-    t = local_tensor(t)
-    return t.numel() * t.element_size()
+    """Bytes of the tensor's own elements (numel x element size); of a DTensor (FSDP2) this
+    rank's local shard, of a ZeRO-3 parameter its partition (distributed.local_bytes)."""
+    return local_bytes(t)
 
 
 def parameter_names(model: torch.nn.Module | None,
@@ -81,10 +80,11 @@ def describe_run(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer
         dtypes = Counter(str(p.dtype).replace("torch.", "") for p in unique)
         model_info: dict[str, Any] = {
             "class": type(model).__name__ if model is not None else None,
-            # a DTensor (FSDP2) counts this rank's local shard (docs/distributed.md)
-            "parameters": sum(local_tensor(p).numel() for p in unique),
+            # a DTensor (FSDP2) counts this rank's local shard, a ZeRO-3 parameter its full
+            # size (docs/distributed.md)
+            "parameters": sum(local_numel(p) for p in unique),
             "parameter_tensors": len(unique),
-            "trainable_parameters": sum(local_tensor(p).numel() for p in trainable),
+            "trainable_parameters": sum(local_numel(p) for p in trainable),
             "trainable_parameter_tensors": len(trainable),
             "parameter_bytes": sum(storage_bytes(p) for p in unique),
             "trainable_parameter_bytes": sum(storage_bytes(p) for p in trainable),

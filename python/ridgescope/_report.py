@@ -88,12 +88,14 @@ class Report:
             Path(path).write_text(text + "\n")
         return text
 
-    def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
+    def to_html(self, path: str | os.PathLike[str] | None = None, library_frames: bool = False) -> str:
         """The report as one self-contained HTML page (docs/html-report.md); also written to
         ``path`` when given. For a finer chart, build the report with
-        ``Report.from_trace(trace, timeline_columns=10000)`` as ``ridgescope report`` does."""
+        ``Report.from_trace(trace, timeline_columns=10000)`` as ``ridgescope report`` does.
+        The flame graph folds library frames away (its checkbox shows them); ``library_frames``
+        opens the page with them shown."""
         from ._reporters._html import render_html
-        text = render_html(self._data)
+        text = render_html(self._data, library_frames=library_frames)
         if path is not None:
             Path(path).write_text(text, encoding="utf-8")
         return text
@@ -115,13 +117,15 @@ class Report:
         from ._reporters._text import render_text
         return render_text(self._data)
 
-    def grouped(self, by: str, limit: int = 20) -> str:
+    def grouped(self, by: str, limit: int = 20, library_frames: bool = False) -> str:
         """The peak's live bytes by allocation ``"site"`` or ``"stack"``, largest first, with
-        their categories, after the report's opening (``ridgescope report --group-by``)."""
+        their categories, after the report's opening (``ridgescope report --group-by``). A
+        stack shows its site and the user's frames above it, library frames folded away;
+        ``library_frames`` prints every frame (``--library-frames``)."""
         if by not in ("site", "stack"):
             raise ValueError(f"group by 'site' or 'stack', not {by!r}")
         from ._reporters._text import render_grouped
-        return render_grouped(self._data, by, limit)
+        return render_grouped(self._data, by, limit, library_frames=library_frames)
 
     def __str__(self) -> str:
         return self.summary()

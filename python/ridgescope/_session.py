@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import torch
 
 from . import _C
+from ._code_roots import _code_roots
 from ._errors import RidgescopeError
 from ._flight import TRACK_DEFAULT, KeepSteps, resolve_keep_steps
 from ._format import parse_bytes
@@ -27,44 +28,6 @@ _active: "Session | None" = None
 # What each allocation's site holds (docs/sites.md): the site alone (default), the whole Python
 # stack, native frames too; None records no site.
 STACK_MODES = tuple(m for m in _C.STACK_MODES if m != "none")
-
-
-def _code_roots() -> tuple[list[str], list[str]]:
-    """The directories whose files are library code when looking for the user's frame: torch and
-    ridgescope, and the standard library (third-party packages installed inside it excepted)."""
-    import sysconfig
-
-    def with_real(paths: list[str]) -> list[str]:
-        out: list[str] = []
-        for p in paths:
-            for q in (p, os.path.realpath(p)):
-                q = q.rstrip(os.sep) + os.sep
-                if q not in out:
-                    out.append(q)
-        return out
-
-    library = [os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)),
-               _inductor_cache_dir()]
-    paths = sysconfig.get_paths()
-    stdlib = [paths[k] for k in ("stdlib", "platstdlib") if paths.get(k)]
-    stdlib.append(os.path.dirname(os.__file__))
-    return with_real(library), with_real(stdlib)
-
-
-def _inductor_cache_dir() -> str:
-    """Where Inductor writes the Python code of compiled graphs (torch._inductor's cache_dir(),
-    computed without importing Inductor): library code, not the user's."""
-    import getpass
-    import re
-
-    env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if env:
-        return env
-    try:
-        user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
-    except Exception:
-        user = "unknown"
-    return os.path.join(tempfile.gettempdir(), "torchinductor_" + user)
 
 
 def _configure_sites() -> str:
@@ -106,8 +69,9 @@ class Session:
                  optimizer: torch.optim.Optimizer | None = None,
                  out: str | os.PathLike[str] | None = None, *, activations: bool = True,
                  capacity: int | str | None = None, driver_view: bool | None = None,
-                 cuda: bool | None = None, stacks: str | None = "site",
-                 keep_steps: KeepSteps = None, keep_steps_default: KeepSteps = TRACK_DEFAULT) -> None:
+                 cuda: bool | None = None, stacks: str | None = "site", cupti: bool | None = None,
+                 host_memory: bool = True, keep_steps: KeepSteps = None,
+                 keep_steps_default: KeepSteps = TRACK_DEFAULT) -> None:
         if stacks is not None and stacks not in STACK_MODES:
             raise ValueError(f"ridgescope.track: stacks must be one of {', '.join(map(repr, STACK_MODES))} "
                              f"or None, got {stacks!r}")
@@ -139,6 +103,11 @@ class Session:
         self._cuda = cuda
         # The CUDA source: None = not started; "" = CUDA blocks tracked; else why not.
         self.cuda_status: str | None = None
+        # The CUPTI source (memory outside PyTorch, docs/gpu.md): None = not started; "" =
+        # itemised; else why not. Started with the CUDA source unless cupti=False.
+        self._cupti = cupti
+        self.cupti_status: str | None = None
+        self._host_memory = host_memory
         self._native: Any = None
         self._instr: Instrumentation | None = None
         self._report: Report | None = None
@@ -158,13 +127,19 @@ class Session:
             mode = self.stacks or "none"
             self.sites_status = _configure_sites() if mode != "none" else ""
             try:
-                self._native = _C.Session(str(self.path), self.capacity or 0, mode, self.keep_steps)
+                self._native = _C.Session(str(self.path), self.capacity or 0, mode, self.keep_steps,
+                                          host_memory=self._host_memory)
             except RuntimeError as exc:
                 raise RidgescopeError(str(exc).removeprefix("ridgescope: ")) from None
             _active = self
-            self._native.metadata("sites", json.dumps(
-                {"mode": mode, "python_frames": mode != "none" and not self.sites_status,
-                 "reason": self.sites_status}))
+            sites = {"mode": mode, "python_frames": mode != "none" and not self.sites_status,
+                     "reason": self.sites_status}
+            if mode != "none":  # the directories the capture took as library code (docs/sites.md)
+                try:
+                    sites["library_roots"], sites["stdlib_roots"] = _code_roots()
+                except Exception:  # an aid, never a reason to stop tracking
+                    pass
+            self._native.metadata("sites", json.dumps(sites))
         try:
             self._instr = Instrumentation(self._native, self.model, self.optimizer,
                                           activations=self._activations)
@@ -222,6 +197,12 @@ class Session:
         if self.cuda_status:
             print(f"ridgescope: CUDA memory is not tracked block by block: {self.cuda_status}",
                   file=sys.stderr)
+        if self._cupti is not False:
+            # Memory outside PyTorch, by library (one warning when CUPTI is missing or refused;
+            # the report says the layer is not itemised).
+            self.cupti_status = self._native.start_cupti()
+            if self.cupti_status:
+                print(f"ridgescope: {self.cupti_status}", file=sys.stderr)
         if self._instr is not None and not self.capacity:
             device = torch.cuda.current_device()
             total = torch.cuda.get_device_properties(device).total_memory
@@ -245,6 +226,8 @@ class Session:
             self._signals = None
         forget_at_exit(self.stop)
         if self._instr is not None:
+            if self.active and not self._instr.failed:  # models made since the last step
+                self._instr._guard(self._instr.discover_models)()
             self._instr.remove()
         if self._native is not None:
             if self._native.active:
@@ -269,14 +252,9 @@ class Session:
         """An out-of-memory error left the tracked block: say why, in plain language, before the
         exception reaches the caller (the trace already holds the failure)."""
         try:
-            from ._reporters._text import render_oom
-            data = self.report().to_dict()
-            if not data["ooms"]:
-                return
-            lines = ["ridgescope: out of memory; what was live and why:"]
-            lines += render_oom(data["ooms"][-1])
-            lines.append(f"  (details: ridgescope explain {self.path})")
-            print("\n".join(lines), file=sys.stderr)
+            text = oom_explanation(self.report().to_dict(), self.path)
+            if text:
+                print(text, file=sys.stderr)
         except Exception:  # explaining must never replace the user's exception
             pass
 
@@ -318,8 +296,8 @@ class Session:
     def mark_step(self) -> None:
         """Counts a training step explicitly (for loops without a torch optimizer)."""
         if self._instr is not None and self.active:
-            self._instr._native.step(self._instr._step)
-            self._instr._step += 1
+            self._instr._guard(self._instr.discover_models)()
+            self._instr.mark_step()
 
     def _begin_explicit(self, name: str) -> bool:
         if self._instr is None or not self.active or self._instr.failed:
@@ -331,10 +309,23 @@ class Session:
             self._instr._guard(self._instr.end_phase)(name)
 
 
+def oom_explanation(data: dict[str, Any], path: Path) -> str | None:
+    """The last out-of-memory error of a report in plain language (what failed, what was live
+    and why, what to change), or None when the report has none."""
+    from ._reporters._text import render_oom
+    if not data["ooms"]:
+        return None
+    lines = ["ridgescope: out of memory; what was live and why:"]
+    lines += render_oom(data["ooms"][-1])
+    lines.append(f"  (details: ridgescope explain {path})")
+    return "\n".join(lines)
+
+
 def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
           out: str | os.PathLike[str] | None = None, *, activations: bool = True,
           capacity: int | str | None = None, driver_view: bool | None = None,
-          cuda: bool | None = None, stacks: str | None = "site", keep_steps: KeepSteps = None) -> Session:
+          cuda: bool | None = None, stacks: str | None = "site", cupti: bool | None = None,
+          host_memory: bool = True, keep_steps: KeepSteps = None) -> Session:
     """Tracks memory while the ``with`` block runs::
 
         with rs.track(model=model, optimizer=opt, out="run.rstrace") as session:
@@ -359,7 +350,13 @@ def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer
     (docs/sites.md): ``"site"`` (the default) records the innermost frame of your code
     (file:line and function, skipping torch, ridgescope and the standard library) or, in
     backward, the autograd node and its module; ``"python"`` the whole Python stack;
-    ``"all"`` native frames too (slow: for a few steps); ``None`` nothing. ``keep_steps``
+    ``"all"`` native frames too (slow: for a few steps); ``None`` nothing. ``cupti`` (on by
+    default wherever CUDA is tracked) itemises device memory allocated outside PyTorch (NCCL,
+    cuBLAS, any library's cudaMalloc or cuMem* calls) with CUPTI, by library, for the report's
+    device ledger (docs/gpu.md); CUPTI takes one subscriber, so pass ``cupti=False`` to run
+    torch.profiler or Nsight inside the block. ``host_memory`` (on by default) reads the
+    process's resident set at every phase end and splits it into PyTorch's CPU tensors,
+    the C allocator's slack and everything else (docs/forensics.md). ``keep_steps``
     bounds the trace for long runs (docs/long-runs.md): a summary of every step, and the events
     of only the last ``keep_steps`` steps, the highest-peak step and the steps around OOMs,
     warnings and ``rs.mark()`` calls; ``"all"`` (the default here, unless the environment
@@ -370,7 +367,8 @@ def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer
     optimizer of the wrong type, ValueError for an unknown ``stacks`` or a bad ``keep_steps``.
     """
     return Session(model, optimizer, out, activations=activations, capacity=capacity,
-                   driver_view=driver_view, cuda=cuda, stacks=stacks, keep_steps=keep_steps)
+                   driver_view=driver_view, cuda=cuda, stacks=stacks, cupti=cupti,
+                   host_memory=host_memory, keep_steps=keep_steps)
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ import sys
 import sysconfig
 import tempfile
 import traceback
+import weakref
 
 sys.path.insert(0, sys.argv[1])
 import pyframes_check as pc  # noqa: E402
@@ -47,3 +48,39 @@ if sys.version_info >= (3, 11):
 assert site == [("python", __file__, site_line, "inner")], site
 print(f"python {sys.version.split()[0]}: {len(got)} frames read without the GIL, equal to the "
       "interpreter's; the site-only walk gives the innermost frame")
+
+
+# The locals reader (python_locals.h): on 3.11 and 3.12 it reads a running frame's locals in place,
+# and what it read is not kept by the frame (a local dropped after the read is freed at once);
+# elsewhere it reads none (3.13's f_locals keeps no snapshot; 3.10 is not mirrored).
+def locals_probe(alpha, beta):
+    gamma = [alpha]
+
+    def nested():
+        return gamma
+    unbound = 1
+    del unbound
+
+    class Held:
+        pass
+    held = Held()
+    alive = weakref.ref(held)
+    pairs = pc.frame_locals(sys._getframe())
+    if pairs is None:
+        return None, alive
+    read = dict(pairs)
+    right = (read["alpha"] is alpha and read["beta"] is beta and read["gamma"][0] is alpha
+             and read["nested"] is nested and read["held"] is held and "unbound" not in read)
+    del pairs, read
+    del held
+    return right, alive
+
+
+right, alive = locals_probe(object(), object())
+if sys.version_info[:2] in ((3, 11), (3, 12)):
+    assert right is True, "the locals reader read the frame wrong"
+    assert alive() is None, "the frame kept a local alive after the locals were read"
+    print(f"python {sys.version.split()[0]}: frame locals read in place, none kept alive")
+else:
+    assert right is None, "the locals reader should read no frame on this Python"
+    print(f"python {sys.version.split()[0]}: the locals reader reads none (as designed)")

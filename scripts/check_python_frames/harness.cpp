@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 #include "python_frames.h"
+#include "python_locals.h"
 #include "site_capture.h"
 #include "ridgescope/trace_reader.h"
 
@@ -60,6 +61,10 @@ static PyObject* walk(PyObject*, PyObject* args) {
   return Py_BuildValue("(NiO)", out, (int)w.site_index, ok ? Py_True : Py_False);
 }
 
-static PyMethodDef methods[] = {{"configure", configure, METH_VARARGS, ""}, {"walk", walk, METH_VARARGS, ""}, {nullptr, nullptr, 0, nullptr}};
+// frame_locals(frame): the locals reader (python_locals.h), None where it does not read them.
+static PyObject* frame_locals(PyObject*, PyObject* frame) { return rs::sources::frame_locals(frame); }
+
+static PyMethodDef methods[] = {{"configure", configure, METH_VARARGS, ""}, {"walk", walk, METH_VARARGS, ""},
+                                {"frame_locals", frame_locals, METH_O, ""}, {nullptr, nullptr, 0, nullptr}};
 static PyModuleDef mod = {PyModuleDef_HEAD_INIT, "pyframes_check", nullptr, -1, methods};
 PyMODINIT_FUNC PyInit_pyframes_check() { return PyModule_Create(&mod); }

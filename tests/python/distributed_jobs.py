@@ -107,6 +107,23 @@ def ddp(rank: int, world: int, out: Path, view: bool, name: str,
             "optimizer_state_bytes": tensor_bytes(state_tensors(opt))}
 
 
+def ddp_inner(rank: int, world: int, out: Path) -> dict[str, Any]:
+    """DDP with the inner module passed as the model: ``rs.track(model=ddp.module)``."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def build() -> tuple[nn.Module, torch.optim.Optimizer]:
+        net = DDP(make_net(), bucket_cap_mb=0.01)
+        return net, torch.optim.AdamW(net.parameters())
+
+    net, opt = build()
+    plain = train(net, opt, rank)
+    net, opt = build()
+    losses, path, error = tracked(out, "ddp_inner", lambda: train(net, opt, rank), net.module, opt)
+    return {"trace": path, "error": error, "losses": losses, "untracked_losses": plain,
+            "bucket_bytes": [b.buffer().numel() * b.buffer().element_size()
+                             for b in net.reducer._get_zeros_like_grad_buckets()]}
+
+
 def fsdp2(rank: int, world: int, out: Path) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -138,6 +155,129 @@ def fsdp2(rank: int, world: int, out: Path) -> dict[str, Any]:
             "step_counter_bytes": tensor_bytes(steps),
             "layer3_full_bytes": sum(p.numel() * p.element_size()
                                      for p in make_net().layers[3].parameters())}
+
+
+def _blocks(tensors: Any) -> list[list[int]]:
+    """[address, bytes] of each distinct storage (a CPU block's address is its data pointer)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            s = t.untyped_storage()
+            if s.nbytes() > 0:
+                seen[s.data_ptr()] = s.nbytes()
+    return sorted([a, b] for a, b in seen.items())
+
+
+def fsdp2_holds(net: nn.Module, opt: torch.optim.Optimizer) -> dict[str, list[list[int]]]:
+    """What FSDP2 holds now, by category, read from its parameter groups (torch 2.14): the
+    local shards, the sharded gradients, the optimizer's state, and as communication buffers
+    the unsharded parameters, a pending or kept all-gather output and the reduce-scatter (and
+    HSDP all-reduce) buffers it keeps; a buffer that is the sharded gradients' storage (HSDP's
+    all-reduce runs in place on them) counts as gradient."""
+    from torch.distributed.fsdp import FSDPModule
+    groups = [g for m in net.modules() if isinstance(m, FSDPModule)
+              for g in m._get_fsdp_state()._fsdp_param_groups]
+    fsdp_params = [fp for g in groups for fp in g.fsdp_params]
+    grads = [fp.sharded_param.grad for fp in fsdp_params if fp.sharded_param.grad is not None]
+    comm: list[Any] = [t for fp in fsdp_params for t in getattr(fp, "all_gather_outputs", [])]
+    for g in groups:
+        result = g._all_gather_result
+        comm += [result.all_gather_output] if result is not None else []
+        kept = g.comm_ctx.all_gather_state  # the last all-gather's output, kept for its stream
+        comm += [kept.all_gather_result.all_gather_output] if kept is not None else []
+        comm += [st.reduce_scatter_input for st in g.comm_ctx.reduce_scatter_states]
+        comm += [g._all_reduce_state.all_reduce_input] if g._all_reduce_state is not None else []
+    gradient = _blocks(g.to_local() for g in grads)
+    return {"parameter": _blocks(fp._sharded_param_data for fp in fsdp_params),
+            "gradient": gradient,
+            "optimizer_state": _blocks(t.to_local() if hasattr(t, "to_local") else t
+                                       for t in state_tensors(opt)),
+            "comm_buffer": [b for b in _blocks(comm) if b not in gradient]}
+
+
+def fsdp2_variant(rank: int, world: int, out: Path, name: str, mp: bool = False,
+                  offload: bool = False, hsdp: bool = False) -> dict[str, Any]:
+    """FSDP2 with MixedPrecisionPolicy(param_dtype=bfloat16), CPUOffloadPolicy, or HSDP on a
+    2 x 2 mesh (replicate x shard). The job records what FSDP2 holds (fsdp2_holds) at the end of
+    every forward, backward and optimizer step, inside layers.3's forward (its parameters
+    unsharded) and inside each post-backward (the reduce-scatter and all-reduce buffers of the
+    group being reduced, read from torch's foreach_reduce as it hands out the gradients)."""
+    import sys
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    mesh = (init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("replicate", "shard"))
+            if hsdp else init_device_mesh("cpu", (world,)))
+    kwargs: dict[str, Any] = {}
+    if mp:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+    if offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=False)
+    records: list[dict[str, Any]] = []
+    holds: list[Any] = []
+    step = [0]
+
+    def record(where: str, extra: list[Any] | None = None) -> None:
+        now = holds[0]()
+        if extra:
+            now["comm_buffer"] = sorted({tuple(b) for b in now["comm_buffer"]} |
+                                        {tuple(b) for b in _blocks(extra)
+                                         if b not in now["gradient"]})
+            now["comm_buffer"] = [list(b) for b in now["comm_buffer"]]
+        records.append({"step": step[0], "where": where, **now})
+
+    def build(tracked_run: bool) -> tuple[nn.Module, torch.optim.Optimizer]:
+        net = make_net()
+        if tracked_run:
+            inner = net.layers[3].forward
+
+            def forward(x: torch.Tensor) -> torch.Tensor:
+                with rs.phase("inside layers.3"):
+                    record("inside layers.3")
+                return inner(x)
+            net.layers[3].forward = forward
+        for layer in net.layers:
+            fully_shard(layer, mesh=mesh, **kwargs)
+        fully_shard(net.head, mesh=mesh, **kwargs)
+        fully_shard(net, mesh=mesh, **kwargs)
+        if tracked_run:
+            def post_reduce(param: Any) -> None:
+                # called by foreach_reduce once this group's gradients are reduced
+                frame = sys._getframe(1)
+                held = [frame.f_locals.get(k) for k in ("reduce_scatter_input", "all_reduce_input")]
+                with rs.phase("reduced"):
+                    record("reduced", [t for t in held if isinstance(t, torch.Tensor)])
+            for layer in [*net.layers, net.head]:
+                layer.weight.register_post_accumulate_grad_hook(post_reduce)
+        return net, torch.optim.AdamW(net.parameters())
+
+    def run(net: nn.Module, opt: torch.optim.Optimizer, tracked_run: bool) -> list[float]:
+        losses = []
+        for i in range(STEPS):
+            step[0] = i
+            opt.zero_grad(set_to_none=True)
+            x, y = batch(rank, i, 16)
+            out_ = net(x)
+            if tracked_run:
+                record("forward")
+            loss = torch.nn.functional.mse_loss(out_.float(), y)
+            loss.backward()
+            if tracked_run:
+                record("backward")
+            opt.step()
+            if tracked_run:
+                record("optimizer_step")
+            losses.append(loss.item())
+        return losses
+
+    net, opt = build(False)
+    plain = run(net, opt, False)
+    net, opt = build(True)
+    holds.append(lambda: fsdp2_holds(net, opt))
+    losses, path, error = tracked(out, name, lambda: run(net, opt, True), net, opt)
+    return {"trace": path, "error": error, "losses": losses, "untracked_losses": plain,
+            "records": records, "local_shard_bytes": tensor_bytes(net.parameters())}
 
 
 def fsdp1(rank: int, world: int, out: Path) -> dict[str, Any]:
@@ -201,9 +341,13 @@ def killed(rank: int, world: int, out: Path) -> None:
 SCENARIOS: dict[str, Callable[[int, int, Path], dict[str, Any]]] = {
     "ddp": lambda r, w, o: ddp(r, w, o, view=False, name="ddp"),
     "ddp_view": lambda r, w, o: ddp(r, w, o, view=True, name="ddp_view"),
+    "ddp_inner": ddp_inner,
     # rank 2 trains on a 4x larger batch: it must peak highest in the merged report
     "ddp_skewed": lambda r, w, o: ddp(r, w, o, view=False, name="skewed", sizes={2: 64}),
     "fsdp2": fsdp2,
+    "fsdp2_mp": lambda r, w, o: fsdp2_variant(r, w, o, "fsdp2_mp", mp=True),
+    "fsdp2_offload": lambda r, w, o: fsdp2_variant(r, w, o, "fsdp2_offload", offload=True),
+    "hsdp": lambda r, w, o: fsdp2_variant(r, w, o, "hsdp", hsdp=True),
     "fsdp1": fsdp1,
     "zero": zero,
 }

@@ -66,9 +66,10 @@ class SnapshotBuilder:
         self.segments.append(seg)
         return seg["address"]
 
-    def _entry(self, action: str, addr: int, size: int, fs: Frames, **extra) -> dict:
+    def _entry(self, action: str, addr: int, size: int, fs: "Frames | list[dict]", **extra) -> dict:
+        listed = fs if isinstance(fs, list) else frames(fs)
         e = {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": self.t,
-             "compile_context": "N/A", "user_metadata": "", "frames": frames(fs), **extra}
+             "compile_context": "N/A", "user_metadata": "", "frames": listed, **extra}
         self.t += 10
         self.entries.append(e)
         return e
@@ -81,12 +82,17 @@ class SnapshotBuilder:
 
     def alloc(self, size: int, fs: Frames = USER, **extra) -> int:
         addr = self._place(size)
-        self._entry("alloc", addr, size, fs, **extra)
-        self.blocks[addr] = {"size": size, "requested_size": size, "frames": frames(fs)}
+        listed = frames(fs)  # one list for the entry and the block, as torch shares it
+        self._entry("alloc", addr, size, listed, **extra)
+        self.blocks[addr] = {"size": size, "requested_size": size, "frames": listed}
         return addr
 
-    def free(self, addr: int, fs: Frames = USER) -> None:
+    def free(self, addr: int, fs: "Frames | None" = USER) -> None:
+        """``fs``: the free's own stack (torch's default context="all"); None: the allocation's
+        frames list itself, as torch writes a free under context="alloc"."""
         size = self.blocks[addr]["size"]
+        if fs is None:
+            fs = self.blocks[addr]["frames"]
         self._entry("free_requested", addr, size, fs)
         self._entry("free_completed", addr, size, fs)
         del self.blocks[addr]

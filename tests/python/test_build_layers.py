@@ -87,6 +87,8 @@ def test_a_wrong_way_include_fails_the_configure(tree):
     for part in ("CMakeLists.txt",):
         shutil.copy(ROOT / part, tree / part)
     shutil.copytree(ROOT / "tests" / "cpp", tree / "tests" / "cpp")
+    (tree / "python" / "ridgescope").mkdir(parents=True)
+    shutil.copy(ROOT / "python" / "ridgescope" / "_version.py", tree / "python" / "ridgescope")
     inject(tree, "csrc/core/trace/recorder.cpp", '"ridgescope/snapshot.h"')
     result = subprocess.run(["cmake", "-S", str(tree), "-B", str(tree / "build"), "-DRIDGESCOPE_BUILD_TORCH=OFF"],
                             capture_output=True, text=True)

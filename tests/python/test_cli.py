@@ -10,6 +10,7 @@ import torch
 
 import ridgescope as rs
 from conftest import make_mlp, mlp_batch, mlp_loss, train
+from inprocess_cli import ridgescope
 
 
 @pytest.fixture
@@ -22,9 +23,6 @@ def trace(tmp_path):
     return path
 
 
-def ridgescope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ridgescope.cli", *args],
-                          capture_output=True, text=True, timeout=120)
 
 
 def test_report_prints_the_text_report(trace):

@@ -24,6 +24,7 @@ from ridgescope import _C
 from ridgescope.cli import main as cli_main
 from ridgescope.distributed import merge_traces
 
+import boundary_replay
 import distributed_jobs
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
@@ -55,13 +56,13 @@ def run_job(out: Path, world: int, scenarios: list[str], kill: bool = False) -> 
 @pytest.fixture(scope="module")
 def world2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, Any]]:
     out = tmp_path_factory.mktemp("world2")
-    return out, run_job(out, 2, COMMON, kill=True)
+    return out, run_job(out, 2, COMMON + ["ddp_inner", "fsdp2_mp", "fsdp2_offload"], kill=True)
 
 
 @pytest.fixture(scope="module")
 def world4(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, Any]]:
     out = tmp_path_factory.mktemp("world4")
-    return out, run_job(out, 4, ["ddp_skewed"] + COMMON)
+    return out, run_job(out, 4, ["ddp_skewed"] + COMMON + ["hsdp"])
 
 
 @pytest.fixture(params=[2, 4], ids=["world2", "world4"])
@@ -190,6 +191,47 @@ def test_fsdp2_unsharded_parameters_are_the_all_gather(job: tuple[int, dict[int,
         assert inside == distributed_jobs.STEPS and at_forward_end == distributed_jobs.STEPS
 
 
+@pytest.mark.parametrize("variant,world", [("fsdp2_mp", 2), ("fsdp2_offload", 2), ("hsdp", 4)])
+def test_fsdp2_variants_match_fsdp2_at_every_boundary(variant: str, world: int,
+                                                       request: pytest.FixtureRequest) -> None:
+    """Scenario: FSDP2 with MixedPrecisionPolicy(param_dtype=bfloat16), with
+    CPUOffloadPolicy (it runs on the CPU: the offload is to the device the shards are on), and
+    HSDP on a 2 x 2 mesh of 4 ranks (replicate x shard). Given each rank's trace, when it is
+    replayed to the end of every forward, backward and optimizer step, to a marker inside
+    layers.3's forward and to one inside every post-backward, then the blocks of each category
+    are exactly FSDP2's own tensors there, address and bytes: the fp32 local shards
+    (parameter), the unsharded all-gather outputs (bf16 under mixed precision), the pending
+    all-gather output and the reduce-scatter and all-reduce buffers (comm_buffer), the sharded
+    gradients (gradient) and the optimizer's state; unknown is under 1 % of the peak."""
+    _, results = request.getfixturevalue(f"world{world}")
+    for rank in range(world):
+        res = results[rank][variant]
+        assert res["error"] is None, res["error"]
+        boundary_replay.compare(res["trace"], res["records"],
+                                ("forward", "backward", "optimizer_step"),
+                                ("inside layers.3", "reduced"))
+        report = _report(res)
+        fsdp = report["distributed"]["strategies"][0]
+        assert fsdp["local_shard_bytes"] == res["local_shard_bytes"]
+        assert _unknown_share(report) < 0.01
+        inside = [r for r in res["records"] if r["where"] == "inside layers.3"]
+        n = distributed_jobs.WIDTH * distributed_jobs.WIDTH + distributed_jobs.WIDTH
+        size = 2 if variant == "fsdp2_mp" else 4  # layers.3 gathered whole, in bf16 under mp
+        assert all(sum(b for _, b in r["comm_buffer"]) >= n * size for r in inside)
+        labels = {e["string"] for e in _C.read_events(res["trace"], 10_000_000)
+                  if e["kind"] == "tag" and e["category"] == "comm_buffer"}
+        if variant == "fsdp2_mp":
+            assert fsdp["mixed_precision"]["param_dtype"] == "bfloat16"
+            assert {"all-gather of layers.3 (bfloat16)",
+                    "reduce-scatter of layers.3 (bfloat16)"} <= labels
+        else:
+            assert {"all-gather of layers.3", "reduce-scatter of layers.3"} <= labels
+        assert fsdp["cpu_offload"] is (variant == "fsdp2_offload")
+        assert fsdp["mesh"] == {"shape": [2, 2] if variant == "hsdp" else [world],
+                                "dim_names": ["replicate", "shard"] if variant == "hsdp" else [],
+                                "hsdp": variant == "hsdp"}
+
+
 def test_fsdp1_flat_parameters_and_zero_shards(job: tuple[int, dict[int, Any]]) -> None:
     """Scenario: FSDP1 (FullyShardedDataParallel, flat parameters) and ZeroRedundancyOptimizer
     (parameters_as_bucket_view=True) over DDP. Given each rank's trace, then with FSDP1
@@ -210,6 +252,10 @@ def test_fsdp1_flat_parameters_and_zero_shards(job: tuple[int, dict[int, Any]]) 
         res = results[rank]["zero"]
         report = _report(res)
         assert len(report["steps"]) == distributed_jobs.STEPS  # one step, not one per optimizer
+        # the local optimizer's step inside the wrapper's is not a phase of its own
+        assert report["optimizer"]["steps"] == distributed_jobs.STEPS
+        assert all([p["phase"] for p in s["phases"]].count("optimizer_step") == 1
+                   for s in report["steps"])
         labels = {b["label"] for b in report["peak"]["by_label"] if b["category"] == "parameter"}
         assert labels == {f"parameters of rank {r}'s partition (ZeRO bucket)" for r in range(world)}
         for s in report["steps"]:
@@ -220,6 +266,26 @@ def test_fsdp1_flat_parameters_and_zero_shards(job: tuple[int, dict[int, Any]]) 
         assert _unknown_share(report) < 0.01
     partitions = [results[r]["zero"]["local_optimizer_state_bytes"] for r in range(world)]
     assert all(0 < p < sum(partitions) for p in partitions)  # sharded: every rank holds a part
+
+
+def test_ddp_inner_module_as_the_model(world2: tuple[Path, dict[int, Any]]) -> None:
+    """Scenario: DDP, with the wrapped module passed as the model (``rs.track(model=ddp.module)``),
+    so the outermost module that runs is the DDP wrapper around it. Then every step has its
+    forward (opened at the wrapper), DDP's buckets are found and counted as comm_buffer at the
+    end of every backward after the first, and unknown is under 1 % of the peak."""
+    _, results = world2
+    for rank in range(2):
+        res = results[rank]["ddp_inner"]
+        report = _report(res)
+        assert len(report["steps"]) == distributed_jobs.STEPS
+        for s in report["steps"]:
+            assert [p["phase"] for p in s["phases"]] == ["zero_grad", "forward", "backward",
+                                                         "optimizer_step"], (rank, s["step"])
+        for step in range(1, distributed_jobs.STEPS):
+            end = _phase(report, step, "backward")["end_by_category"]
+            assert end["comm_buffer"] == sum(res["bucket_bytes"]), (rank, step)
+        assert report["distributed"]["strategies"][0]["strategy"] == "ddp"
+        assert _unknown_share(report) < 0.01
 
 
 def test_losses_bitwise_identical_on_every_rank(job: tuple[int, dict[int, Any]]) -> None:

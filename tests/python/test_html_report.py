@@ -263,5 +263,76 @@ def test_a_report_read_from_a_pytorch_snapshot_says_what_was_inferred(browser, t
         assert "written by pytorch" in provenance
         assert "categories, phases, block sizes" in provenance
         assert page.count("#rs-warnings [data-kind='snapshot_note']") == len(report.to_dict()["snapshot"]["notes"])
+        # and next to the peak's composition, how its bytes were decided: the weaker rules' share,
+        # their bytes per category and the rules themselves, as the JSON says
+        d = report.to_dict()
+        conf = d["snapshot"]["confidence"]
+        assert float(page.attr("#rs-peak-confidence", "data-weak-share")) == pytest.approx(conf["weak_share_of_peak"])
+        for c, n in d["peak"]["by_category"].items():
+            if n:
+                cell = f"#rs-peak-composition tr[data-category='{c}'] td.rs-weak"
+                assert int(page.attr(cell, "data-weak-bytes")) == conf["peak_by_evidence"]["weak"][c]
+        shown = [r for r in d["snapshot"]["reasons"] if r["peak_bytes"] > 0][:12]
+        assert page.count("#rs-peak-reasons tr[data-rule]") == len(shown)
+    finally:
+        page.page.close()
+
+
+def test_every_model_the_run_held_is_listed_with_its_bytes(browser, tmp_path):
+    """Given a run with a frozen deepcopy of the trained model (a DPO-style reference), then the
+    model card lists both models, each with its bytes at the peak as in the report JSON."""
+    import copy
+    model = make_gpt()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with rs.track(model=model, optimizer=opt, out=tmp_path / "two.rstrace"):
+        ref_model = copy.deepcopy(model).requires_grad_(False)
+        train(model, opt, lambda i: gpt_inputs(4, i), models.gpt_loss, steps=1)
+    report = Report.from_trace(tmp_path / "two.rstrace", timeline_columns=HTML_TIMELINE_COLUMNS)
+    path = tmp_path / "two.html"
+    report.to_html(path)
+    listed = {m["name"]: m for m in report.to_dict()["model"]["models"]}
+    assert sorted(listed) == ["model", "ref_model"] and ref_model is not None
+    page = Page(browser, path)
+    try:
+        assert page.errors == []
+        assert page.attrs("#rs-models tr[data-model]", "data-model") == list(listed)
+        assert page.attrs("#rs-models tr[data-model]", "data-bytes") == [
+            str(m["at_peak"]["parameter_bytes"] + m["at_peak"]["buffer_bytes"]) for m in listed.values()]
+    finally:
+        page.page.close()
+
+
+def test_the_host_memory_layers_and_a_device_ledger_are_drawn_beside_the_composition(runs, browser, tmp_path):
+    # Given the report of the real CPU run: its host readings are listed, to the byte of the JSON
+    r, html = runs["train"]
+    page = Page(browser, html)
+    try:
+        assert page.errors == []
+        rows = r["host_memory"]["rows"]
+        assert page.count("#rs-host-memory tbody tr") == len(rows)
+        first = page.attrs("#rs-host-memory tbody tr:first-child td.rs-num", "data-bytes")
+        o = rows[0]["outside"]
+        assert first == [str(v) for v in (rows[0]["resident_bytes"], rows[0]["pytorch_bytes"], rows[0]["untouched_bytes"],
+                                          rows[0]["allocator_slack_bytes"], rows[0]["outside_bytes"], o["files_bytes"],
+                                          o["shared_memory_bytes"], o["other_heap_bytes"], o["remainder_bytes"])]
+    finally:
+        page.page.close()
+    # and a device ledger (a CUDA report's section, with CUPTI refused) says why it is not itemised.
+    data = json.loads(json.dumps(r))
+    data["device_ledger"] = {
+        "available": True, "reason": "", "driver_source": "process", "other_processes": 0, "itemised": False,
+        "itemise_reason": "CUPTI is in use by another tool", "readings": 1, "total_bytes": 8 << 30,
+        "context_bytes": 500 << 20, "modules_loaded": 0, "module_bytes": 0, "outside_inside_reserved": 0,
+        "at_peak": {"time_ns": 1, "step": 0, "phase": "forward", "driver_bytes": 2600 << 20, "reserved_bytes": 2 << 30,
+                    "outside_bytes": 0, "context_bytes": 500 << 20, "unexplained_bytes": 52 << 20, "exact": True},
+        "max_driver": None, "last": None, "rows": [], "rows_dropped": 0, "groups": []}
+    path = tmp_path / "ledger.html"
+    path.write_text(render_html(data), encoding="utf-8")
+    page = Page(browser, path)
+    try:
+        assert page.errors == []
+        assert page.attrs("#rs-device-ledger td.rs-num", "data-bytes") == [
+            str(2600 << 20), str(2 << 30), "0", str(500 << 20), str(52 << 20)]
+        assert "CUPTI is in use by another tool" in page.page.text_content("#rs-not-itemised")
     finally:
         page.page.close()

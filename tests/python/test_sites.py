@@ -7,6 +7,7 @@ same file:line."""
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import pickle
 from pathlib import Path
@@ -89,7 +90,15 @@ def test_every_block_at_the_peak_has_a_site_and_the_marker_its_exact_line(trace_
     # the model's activations are placed in its forward code (examples/models.py)
     activation_sites = {frame_of(r, s["frame"])["file"] for s in p["by_site"] if s["category"] == "activation"}
     assert models.__file__ in activation_sites
-    assert r["metadata"]["sites"] == '{"mode": "site", "python_frames": true, "reason": ""}'
+    sites = json.loads(r["metadata"]["sites"])
+    assert {k: sites[k] for k in ("mode", "python_frames", "reason")} == {
+        "mode": "site", "python_frames": True, "reason": ""}
+    # the directories the capture took as library code, for the report to judge frames alike
+    assert set(library_dirs()) <= set(sites["library_roots"])
+    assert os.path.dirname(os.__file__) + os.sep in sites["stdlib_roots"]
+    # every frame of the report carries the core's verdict and texts: the marker's is the user's
+    assert (f["library"], f["text"]) == (False, markers[0]["site"])
+    assert f["location"] == f"{__file__}:{line} in step_with_marker"
 
 
 # Backward nodes of view ops: they return a view of the gradient they receive (t() backward is

@@ -184,7 +184,7 @@ def test_parameter_shaped_state_names_per_parameter_state_made_before_the_loop(t
     assert d["parameter_shaped_state"]["category"] == "optimizer_state"
     assert d["parameter_shaped_state"]["end_bytes"] == 12288 and d["parameter_shaped_state"]["allocations"] == 2
     assert d["parameter_shaped_state"]["reasons"] == [
-        "made outside any phase at estimator.py:10 __init__, one block the size of each of a set of parameters "
+        "made outside any phase at estimator.py:10 in __init__, one block the size of each of a set of parameters "
         "(per-parameter state, as an optimizer keeps)"]
     assert d["input_before_forward"]["end_bytes"] == 4096 + 1536  # the other place: inputs by lifetime
 
@@ -355,7 +355,7 @@ def test_temporary_in_one_idle_stretch_and_input_live_into_the_forward(tmp_path)
     assert d["temporary"]["allocations"] == 2
     assert d["input_before_forward"]["end_bytes"] == 2048
     assert d["input_before_forward"]["reasons"] == [
-        "made by the user's code outside any phase before a forward, and still live when it began: train.py:10 main"]
+        "made by the user's code outside any phase before a forward, and still live when it began: train.py:10 in main"]
 
 
 @pytest.mark.parametrize("case", ["forward", "no forward", "freed"])
@@ -395,7 +395,7 @@ def test_forward_frames_name_what_a_segments_only_snapshot_holds_inside_a_module
     assert d["forward_frames"]["category"] == "activation" and d["forward_frames"]["end_bytes"] == 8192
     assert d["forward_frames"]["reasons"] == [
         "older than the trace, made inside an nn.Module call and live when the snapshot was taken: "
-        "train.py:15 main > model.py:13 forward > linear.py:11 forward"]
+        "train.py:15 in main > model.py:13 in forward > linear.py:11 in forward"]
     assert d["weights_by_lifetime"]["end_bytes"] == 4096
     assert d["unknown"]["end_bytes"] == 2048
 
@@ -455,8 +455,8 @@ def test_labels_name_where_a_block_was_made_and_the_rule(tmp_path):
     b.alloc(4096, FORWARD)
     b.end("forward")
     top = report_of(b, tmp_path)["peak"]["top_blocks"][0]
-    assert top["module"] == "train.py:15 main > model.py:13 forward > linear.py:11 forward"
-    assert top["label"] == "activation in train.py:15 main > model.py:13 forward > linear.py:11 forward [forward_output]"
+    assert top["module"] == "train.py:15 in main > model.py:13 in forward > linear.py:11 in forward"
+    assert top["label"] == "activation in train.py:15 in main > model.py:13 in forward > linear.py:11 in forward [forward_output]"
     assert top["inferred"] is True
 
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "format_bytes.h"
+#include "ridgescope/external_alloc.h"
 #include "ridgescope/phase.h"
 
 namespace ridgescope {
@@ -121,6 +122,36 @@ Verdict explain_oom(const OomContext& c) {
   if (c.capacity_bytes && c.device_free_bytes && *c.capacity_bytes > *c.device_free_bytes + c.reserved_bytes) {
     non_pytorch = *c.capacity_bytes - *c.device_free_bytes - c.reserved_bytes;
   }
+  // The device ledger's view of it (docs/forensics.md, "The device ledger"): who holds it.
+  std::string held_by;  // ", 8.1 GiB of it by NCCL"
+  if (c.outside) {
+    const OomContext::Outside& o = *c.outside;
+    std::string line = "outside PyTorch";
+    if (non_pytorch > 0) line += " on the device: " + format_bytes(non_pytorch);
+    std::vector<std::string> parts;
+    if (o.process_bytes) {
+      parts.push_back("this process " + format_bytes(*o.process_bytes) + " (CUDA context " +
+                      format_bytes(o.context_bytes) + ")");
+      if (non_pytorch > *o.process_bytes) parts.push_back("other processes " + format_bytes(non_pytorch - *o.process_bytes));
+    }
+    if (o.itemised) {
+      std::string libs = "allocated by libraries:";
+      for (std::size_t i = 0; i < o.by_library.size() && i < 4; ++i) {
+        libs += std::string(i ? ", " : " ") + std::string(library_friendly_name(o.by_library[i].first)) + " " +
+                format_bytes(o.by_library[i].second);
+      }
+      if (o.by_library.empty()) libs += " none live";
+      parts.push_back(libs);
+      if (!o.by_library.empty()) {
+        held_by = ", " + format_bytes(o.by_library.front().second) + " of it by " +
+                  std::string(library_friendly_name(o.by_library.front().first));
+      }
+    } else {
+      parts.push_back("not itemised (no CUPTI)");
+    }
+    for (std::size_t i = 0; i < parts.size(); ++i) line += (i || non_pytorch > 0 ? "; " : ": ") + parts[i];
+    v.evidence.push_back(std::move(line));
+  }
 
   if (cache_free >= c.request_bytes && !c.free.can_serve(c.request_bytes)) {
     v.kind = "fragmentation";
@@ -169,8 +200,15 @@ Verdict explain_oom(const OomContext& c) {
   }
   if (non_pytorch > 0 && non_pytorch >= c.request_bytes) {
     v.kind = "non_pytorch";
-    v.summary = format_bytes(non_pytorch) + " of device memory is used outside PyTorch (CUDA context, NCCL, libraries); without it the request would fit.";
-    v.evidence.push_back("used outside PyTorch " + format_bytes(non_pytorch));
+    if (c.device_free_bytes) {
+      v.summary = "The request of " + request + " failed with " + format_bytes(*c.device_free_bytes) +
+                  " free on the device; " + format_bytes(non_pytorch) + " of the card is held outside PyTorch" +
+                  (held_by.empty() ? std::string(" (CUDA context, NCCL, libraries, other processes)") : held_by) +
+                  ": without it the request would fit.";
+    } else {
+      v.summary = format_bytes(non_pytorch) + " of device memory is used outside PyTorch (CUDA context, NCCL, libraries); without it the request would fit.";
+    }
+    if (!c.outside) v.evidence.push_back("used outside PyTorch " + format_bytes(non_pytorch));  // else said above
     v.remedies = {{"Reduce NCCL buffers (NCCL_BUFFSIZE) or other libraries' pools", "possibly slower collectives"},
                   {"Check for another process on the device (nvidia-smi)", "none"}};
     return v;

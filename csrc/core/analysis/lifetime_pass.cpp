@@ -20,7 +20,7 @@ void LifetimePass::run(TraceReader& reader) {
       }
     }
     if (e.kind != EventKind::CheckpointBlock && e.kind != EventKind::CheckpointSegment &&
-        e.kind != EventKind::String) {
+        e.kind != EventKind::CheckpointExternal && e.kind != EventKind::String) {
       applying_ = applying_ && e.kind == EventKind::Checkpoint;
     }
     switch (e.kind) {

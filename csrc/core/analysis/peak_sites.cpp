@@ -34,30 +34,14 @@ std::string FrameTable::site_text(std::uint32_t id) const {
   return format_site(r);
 }
 
-std::string format_site(const ReportFrame& f) {
-  std::string file = f.file;
-  if (auto slash = file.rfind('/'); slash != std::string::npos) file = file.substr(slash + 1);
-  switch (f.kind) {
-    case FrameKind::Python:
-    case FrameKind::Native: {
-      std::string out = file.empty() ? std::string("?") : file;
-      if (f.line != 0) {
-        out += ':';
-        out += std::to_string(f.line);
-      }
-      if (!f.function.empty()) {
-        out += " in ";
-        out += f.function;
-      }
-      return out;
-    }
-    case FrameKind::Autograd:
-      return f.module.empty() ? f.function : f.function + " of " + f.module;
-    case FrameKind::Untracked:
-      break;
+std::string format_site(const ReportFrame& f) { return format_frame(f.kind, f.file, f.line, f.function, f.module); }
+
+void FrameTable::describe(const CodeRoots& roots) {
+  for (ReportFrame& f : out_) {
+    f.library = is_library_frame(f.kind, f.file, &roots);
+    f.text = format_frame(f.kind, f.file, f.line, f.function, f.module, FramePath::Base);
+    f.location = format_frame(f.kind, f.file, f.line, f.function, f.module, FramePath::Full);
   }
-  // Not a place in code: what is known instead, in parentheses.
-  return "(" + (f.function.empty() ? std::string("no site") : f.function) + ")";
 }
 
 void collect_peak_sites(const Ledger& ledger, FrameTable& frames, std::size_t top_sites,

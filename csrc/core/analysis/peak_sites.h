@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "frame_text.h"
 #include "ridgescope/ledger.h"
 #include "ridgescope/report.h"
 #include "ridgescope/trace_reader.h"
@@ -30,6 +31,9 @@ class FrameTable {
   std::uint32_t site_of_stack(std::uint32_t stack_id) const { return reader_.stack(stack_id).site_frame(); }
   const TraceReader& reader() const { return reader_; }
   const ReportFrame& frame(std::int64_t index) const { return out_[static_cast<std::size_t>(index)]; }
+  // Marks every report frame library or not and spells it (frame_text.h), once all are in;
+  // `roots`: the directories the tracking process knew (the trace's `sites` metadata).
+  void describe(const CodeRoots& roots);
 
  private:
   const TraceReader& reader_;
@@ -37,7 +41,7 @@ class FrameTable {
   absl::flat_hash_map<std::uint32_t, std::int64_t> index_;
 };
 
-// The site of a report frame as a person reads it (the file's last component).
+// The site of a report frame as a person reads it (the file's last component; format_frame).
 std::string format_site(const ReportFrame& frame);
 
 // Fills peak.by_site (the largest `top_sites` (site, category) rows) and peak.stacks (every

@@ -22,7 +22,7 @@ ReplayPass::ReplayPass(const TraceReader& reader, const std::vector<Resolved>& r
     : reader_(reader), resolved_(resolved), device_(device), peak_seq_(peak_seq),
       has_peak_(has_peak), options_(options), report_(report),
       timeline_(report.timeline, end_time_ns, options.timeline_columns),
-      frames_(reader, report.frames) {
+      frames_(reader, report.frames), device_ledger_(reader, device) {
 }
 
 void ReplayPass::run(TraceReader& reader) {
@@ -36,7 +36,9 @@ void ReplayPass::run(TraceReader& reader) {
     }
     window_.on_event(e);
     if (e.kind != EventKind::CheckpointBlock && e.kind != EventKind::CheckpointSegment &&
-        e.kind != EventKind::Checkpoint && e.kind != EventKind::String) {
+        e.kind != EventKind::CheckpointExternal && e.kind != EventKind::Checkpoint &&
+        e.kind != EventKind::String) {
+      if (applying_) device_ledger_.end_restating(current_step_);
       applying_ = false;
     }
     switch (e.kind) {
@@ -50,14 +52,20 @@ void ReplayPass::run(TraceReader& reader) {
       case EventKind::SegmentAlloc:
         if (e.device == device_) {
           ledger_.on_segment_alloc(e.addr, e.bytes);
+          device_ledger_.on_segment(true, e.addr, e.bytes);
           observe_timeline();
         }
         break;
       case EventKind::SegmentFree:
         if (e.device == device_) {
           ledger_.on_segment_free(e.addr);
+          device_ledger_.on_segment(false, e.addr, e.bytes);
           observe_timeline();
         }
+        break;
+      case EventKind::ExternalAlloc:
+      case EventKind::ExternalFree:
+        if (e.device == device_) on_external(e);
         break;
       case EventKind::PhaseBegin: on_phase_begin(e); break;
       case EventKind::PhaseEnd: on_phase_end(e); break;
@@ -66,15 +74,25 @@ void ReplayPass::run(TraceReader& reader) {
         if (e.device == device_) on_oom(e);
         break;
       case EventKind::Sample:
+        on_layer_sample(e);
         if (e.device == device_) on_sample(e);
         break;
-      case EventKind::Metadata: on_metadata(std::string(reader.string(e.string_id)), e.text); break;
+      case EventKind::Metadata:
+        device_ledger_.on_metadata(reader.string(e.string_id), e.text);
+        on_metadata(std::string(reader.string(e.string_id)), e.text);
+        break;
       case EventKind::Checkpoint: on_checkpoint(reader.checkpoint()); break;
       case EventKind::CheckpointSegment:
         if (applying_ && e.device == device_) ledger_.on_segment_alloc(e.addr, e.bytes);
         break;
       case EventKind::CheckpointBlock:
         if (applying_) on_checkpoint_block(reader.checkpoint_block(), e.seq);
+        break;
+      case EventKind::CheckpointExternal:
+        if (applying_ && e.device == device_) {
+          device_ledger_.restate(e, frames_.site_text(frames_.site_of_stack(e.stack_id)), current_step_,
+                                 current_phase_id());
+        }
         break;
       default: break;  // strings, frames and stacks are absorbed into the reader's tables; marks,
                        // summaries and resolutions are pass 1's
@@ -241,6 +259,25 @@ void ReplayPass::on_step(const Event& e) {
   occurrences_.clear();
 }
 
+// The ledgers beside the composition (ridgescope/memory_layers.h): host samples of the CPU
+// (whatever device is reported) and driver readings of the reported device.
+std::uint32_t ReplayPass::current_phase_id() const { return phase_stack_.empty() ? 0 : phase_stack_.back(); }
+
+void ReplayPass::on_layer_sample(const Event& e) {
+  const std::string_view key = reader_.string(e.string_id);
+  if (e.device.type == DeviceType::CPU && key.substr(0, 5) == "host_") {
+    host_ledger_.on_sample(key, e.value, e.time_ns, current_step_, phase_name(current_phase_id()));
+  } else if (e.device == device_) {
+    device_ledger_.on_sample(key, e.value, e.time_ns, ledger_.reserved_bytes(), current_step_, current_phase_id());
+  }
+}
+
+void ReplayPass::on_external(const Event& e) {
+  const std::string site = e.kind == EventKind::ExternalAlloc ? frames_.site_text(frames_.site_of_stack(e.stack_id))
+                                                              : std::string();
+  device_ledger_.on_external(e, site, current_step_, current_phase_id());
+}
+
 void ReplayPass::on_oom(const Event& e) {
   OomContext c;
   c.request_bytes = e.bytes;
@@ -259,6 +296,7 @@ void ReplayPass::on_oom(const Event& e) {
     break;
   }
   c.free = current_free_space();
+  device_ledger_.describe(c, c.reserved_bytes);
   oom_contexts_.push_back(c);
   OomRecord o;
   o.free = c.free;
@@ -302,6 +340,7 @@ void ReplayPass::on_checkpoint(const Checkpoint& c) {
   if (c.step > 0) completed_optimizer_step_ = true;  // the steps before it ran their optimizer
   pending_phases_.clear();
   for (const CheckpointPhase& p : c.phases) pending_phases_.push_back(p.name_id);
+  device_ledger_.begin_restating();
   applying_ = true;
 }
 
@@ -403,6 +442,8 @@ void ReplayPass::capture_peak(const Event& e) {
   peak.by_category = ledger_.by_category();
 
   peak.free = current_free_space();
+  host_ledger_.on_peak(e.time_ns);
+  device_ledger_.on_peak();
   std::vector<std::pair<std::uint64_t, const LiveBlock*>> blocks;
   blocks.reserve(ledger_.live_blocks());
   // Labelled blocks group by label; unlabelled ones by what their fallback label names: the
@@ -443,7 +484,10 @@ void ReplayPass::capture_peak(const Event& e) {
     peak.top_blocks.push_back(std::move(t));
   }
   collect_peak_sites(ledger_, frames_, options_.top_sites, options_.max_stacks, peak);
-  for (auto& [key, l] : labels) peak.by_label.push_back(std::move(l));
+  for (auto& [key, l] : labels) {
+    if (l.category == Category::Parameter || l.category == Category::Buffer) peak.persistent_labels.push_back(l);
+    peak.by_label.push_back(std::move(l));
+  }
   std::sort(peak.by_label.begin(), peak.by_label.end(), [](const LabelBytes& a, const LabelBytes& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.label < b.label;
   });
@@ -467,6 +511,13 @@ void ReplayPass::finish() {
   report_.final_by_category = ledger_.by_category();
   report_.anomalies = ledger_.anomalies();
   report_.retained = retention_.result(frames_);
+  host_ledger_.finish(report_.host_memory);
+  device_ledger_.finish(report_.device_ledger);
+  CodeRoots roots;
+  for (const auto& [key, text] : report_.metadata) {
+    if (key == "sites") roots = code_roots_from_sites_metadata(text);
+  }
+  frames_.describe(roots);
   timeline_.finish();
   // Phases were recorded as they closed (inner ones first); draw them in order of beginning.
   std::stable_sort(report_.timeline.phases.begin(), report_.timeline.phases.end(),

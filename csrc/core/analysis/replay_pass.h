@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "device_ledger.h"
+#include "host_ledger.h"
 #include "lifetime_pass.h"
 #include "peak_sites.h"
 #include "retained.h"
@@ -54,6 +56,9 @@ class ReplayPass {
   void close_phase(std::size_t i, std::uint64_t time_ns, bool complete);
   void on_phase_end(const Event& e);
   void on_step(const Event& e);
+  std::uint32_t current_phase_id() const;
+  void on_layer_sample(const Event& e);
+  void on_external(const Event& e);
   void on_oom(const Event& e);
   // A bounded trace's window (window_tracker.h): the state becomes the checkpoint's.
   void on_checkpoint(const Checkpoint& c);
@@ -84,6 +89,8 @@ class ReplayPass {
   TimelineColumnsBuilder timeline_;
   FrameTable frames_;            // the report's frames (sites, stacks, verdicts)
   RetentionDetector retention_;  // tensors kept across steps
+  HostLedgerBuilder host_ledger_;      // the resident set in three layers
+  DeviceLedgerBuilder device_ledger_;  // the driver's figure, reconciled
   std::uint64_t now_ns_ = 0;  // time of the last timed event
   Ledger ledger_;
   std::uint64_t next_block_id_ = 0;

@@ -8,6 +8,8 @@
 
 #include "glance_json.h"
 #include "json_writer.h"
+#include "memory_layers_json.h"
+#include "model_list.h"
 #include "ridgescope/phase.h"
 #include "ridgescope/report.h"
 
@@ -21,6 +23,40 @@ void write_categories(JsonWriter& w, std::string_view key, const CategoryBytes& 
   for (std::size_t i = 0; i < kCategoryCount; ++i) {
     w.field(category_name(static_cast<Category>(i)), bytes[i]);
   }
+  w.end_object();
+}
+
+// How the bytes of a snapshot's peak were decided: per evidence (kSnapshotEvidence), their bytes
+// and composition, from the reasons; and the share that size or lifetime alone decided.
+void write_snapshot_confidence(JsonWriter& w, const SnapshotImport& si) {
+  std::array<CategoryBytes, kSnapshotEvidence.size()> by{};
+  std::uint64_t total = 0;
+  for (const SnapshotReason& x : si.reasons) {
+    std::size_t e = kSnapshotEvidence.size() - 1;
+    for (std::size_t i = 0; i < kSnapshotEvidence.size(); ++i) {
+      if (kSnapshotEvidence[i] == x.evidence) e = i;
+    }
+    by[e][category_index(x.category)] += x.peak_bytes;
+    total += x.peak_bytes;
+  }
+  auto sum = [](const CategoryBytes& c) {
+    std::uint64_t s = 0;
+    for (std::uint64_t v : c) s += v;
+    return s;
+  };
+  w.key("confidence").begin_object();
+  w.key("peak_bytes_by_evidence").begin_object();
+  for (std::size_t i = 0; i < kSnapshotEvidence.size(); ++i) w.field(kSnapshotEvidence[i], sum(by[i]));
+  w.end_object();
+  w.key("peak_by_evidence").begin_object();
+  for (std::size_t i = 0; i < kSnapshotEvidence.size(); ++i) write_categories(w, kSnapshotEvidence[i], by[i]);
+  w.end_object();
+  const std::uint64_t weak = sum(by[3]);
+  w.field("weak_peak_bytes", weak);
+  w.field("weak_share_of_peak", total > 0 ? static_cast<double>(weak) / static_cast<double>(total) : 0.0);
+  w.key("evidence_text").begin_object();
+  for (std::size_t i = 0; i < kSnapshotEvidence.size(); ++i) w.field(kSnapshotEvidence[i], kSnapshotEvidenceText[i]);
+  w.end_object();
   w.end_object();
 }
 
@@ -176,6 +212,7 @@ void write_frames(JsonWriter& w, const std::vector<ReportFrame>& frames) {
     w.begin_object();
     w.field("kind", frame_kind_name(f.kind)).field("file", f.file).field("line", f.line);
     w.field("function", f.function).field("module", f.module);
+    w.field("library", f.library).field("text", f.text).field("location", f.location);
     w.end_object();
   }
   w.end_array();
@@ -409,6 +446,7 @@ std::string report_to_json(const Report& r) {
     w.null();
   }
   w.end_object();
+  detail::write_model_list(w, m.models);
   w.end_object();
 
   const OptimizerSummary& o = r.optimizer;
@@ -462,10 +500,12 @@ std::string report_to_json(const Report& r) {
     w.key("reasons").begin_array();
     for (const SnapshotReason& x : si.reasons) {
       w.begin_object().field("rule", x.rule).field("category", category_name(x.category));
-      w.field("reason", x.reason).field("allocations", x.allocations).field("peak_bytes", x.peak_bytes);
-      w.field("peak_blocks", x.peak_blocks).field("end_bytes", x.end_bytes).end_object();
+      w.field("reason", x.reason).field("evidence", x.evidence).field("allocations", x.allocations);
+      w.field("peak_bytes", x.peak_bytes).field("peak_blocks", x.peak_blocks).field("end_bytes", x.end_bytes);
+      w.end_object();
     }
     w.end_array();
+    if (!si.reasons.empty()) write_snapshot_confidence(w, si);
     w.field("device_choice", si.device_choice);
     w.key("devices").begin_array();
     for (const SnapshotDevice& d : si.devices) {
@@ -479,6 +519,7 @@ std::string report_to_json(const Report& r) {
     w.end_array();
     w.end_object();
   }
+  detail::write_memory_layers(w, r);  // host_memory, device_ledger
   w.end_object();
   return w.take();
 }

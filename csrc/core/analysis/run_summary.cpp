@@ -2,6 +2,7 @@
 
 #include "json_value.h"
 #include "json_writer.h"
+#include "model_list.h"
 #include "ridgescope/phase.h"
 
 namespace ridgescope::detail {
@@ -39,6 +40,7 @@ void read_run(const JsonValue& run, Report& r) {
       for (const auto& [k, v] : d->object)
         if (v.is_integer && v.integer >= 0) model.dtypes.emplace_back(k, static_cast<std::uint64_t>(v.integer));
   }
+  if (const JsonValue* models = run.get("models")) read_models(*models, r);
   if (const JsonValue* o = run.get("optimizer"); o && o->type == JsonValue::Type::Object) {
     OptimizerSummary& opt = r.optimizer;
     opt.type = o->get_string("type").value_or("");
@@ -90,6 +92,8 @@ void summarise_run(Report& r) {
       r.driver_view.reason = value->get_string("reason").value_or("");
     }
   }
+
+  measure_models(r);
 
   // Without a declared capacity, the driver's total is the device's capacity.
   if (!r.device_capacity_bytes && r.driver_view.total_bytes > 0) r.device_capacity_bytes = r.driver_view.total_bytes;

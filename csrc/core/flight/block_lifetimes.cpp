@@ -111,7 +111,10 @@ Resolved BlockLifetimes::resolve(const BlockLife& b, bool freed) const {
   if (freed) {
     const bool same_idle = b.instance == 0 && stack_.empty() && b.idle_epoch == idle_epoch_;
     const bool same_phase = b.instance != 0 && open(b.instance);
-    if (same_idle || same_phase) {
+    // Made in a backward and freed while a backward still runs (made in a nested one, as a
+    // reentrant checkpoint's recomputation runs): a temporary of the backward, not a gradient.
+    const bool inside_backward = b.in_backward && !b.forwardish && stack_has(PhaseKind::Backward);
+    if (same_idle || same_phase || inside_backward) {
       r.category = Category::Temporary;
       return r;
     }

@@ -71,6 +71,7 @@ CompactResult compact_trace(const std::string& in, const std::string& out, const
       case EventKind::Checkpoint:
       case EventKind::CheckpointBlock:
       case EventKind::CheckpointSegment:
+      case EventKind::CheckpointExternal:
       case EventKind::Resolve:
         recorder.close();
         std::remove(out.c_str());  // nothing of it is worth keeping

@@ -76,7 +76,8 @@ void StepSummarizer::recategorise(DeviceState& d, BlockLife& b, Category now) {
 void StepSummarizer::on_event(const Event& e) {
   window_.on_event(e);
   if (e.kind != EventKind::Checkpoint && e.kind != EventKind::CheckpointBlock &&
-      e.kind != EventKind::CheckpointSegment && e.kind != EventKind::String) {
+      e.kind != EventKind::CheckpointSegment && e.kind != EventKind::CheckpointExternal &&
+      e.kind != EventKind::String) {
     applying_ = false;
   }
   const auto kind = static_cast<std::uint8_t>(e.kind);
@@ -127,6 +128,17 @@ void StepSummarizer::on_event(const Event& e) {
       if (marks_++ == 0) mark_id_ = e.string_id;
       break;
     case EventKind::CheckpointSegment: on_checkpoint_segment(e); break;
+    // Allocations outside PyTorch count in no summary, but a window's checkpoint restates the
+    // live ones, so that a window's device ledger holds what the dropped steps allocated.
+    case EventKind::ExternalAlloc: externals_[block_key(e.device, e.addr)] = e; break;
+    case EventKind::ExternalFree: externals_.erase(block_key(e.device, e.addr)); break;
+    case EventKind::CheckpointExternal:
+      if (applying_) {
+        Event a = e;
+        a.kind = EventKind::ExternalAlloc;
+        externals_[block_key(e.device, e.addr)] = a;
+      }
+      break;
     case EventKind::Resolve:
       if (BlockLife* b = lifetimes_.find(e.device, e.addr)) b->final = Resolved{e.category, (e.flags & kTagInferred) != 0, e.string_id};
       break;
@@ -267,6 +279,7 @@ bool StepSummarizer::on_checkpoint(const Checkpoint& c) {
   }
   lifetimes_.begin_window(c, kinds);
   window_.restart(c);
+  externals_.clear();
   open_names_.clear();
   for (const CheckpointPhase& p : c.phases) open_names_.push_back(p.name_id);
   for (auto& [code, d] : devices_) {
@@ -320,6 +333,11 @@ void StepSummarizer::write_checkpoint(std::uint64_t time_ns, std::string& out) c
     std::sort(segments.begin(), segments.end());
     for (const auto& [addr, bytes] : segments) encode_checkpoint_segment(d.device, addr, bytes, out);
   }
+  std::vector<const Event*> externals;
+  externals.reserve(externals_.size());
+  for (const auto& [key, e] : externals_) externals.push_back(&e);
+  std::sort(externals.begin(), externals.end(), [](const Event* a, const Event* b) { return a->seq < b->seq; });
+  for (const Event* e : externals) encode_checkpoint_external(*e, out);
   // In order of allocation: a window's analysis then orders its blocks as the whole trace would.
   std::vector<const BlockLife*> blocks;
   blocks.reserve(lifetimes_.live_blocks());

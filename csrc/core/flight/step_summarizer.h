@@ -120,6 +120,7 @@ class StepSummarizer {
   std::vector<std::uint32_t> open_names_;   // the open phases, aligned with the lifetimes' stack
   std::vector<PhaseKind> kinds_;            // by string id: the phase kind its text names
   std::vector<StepSummary> completed_;
+  absl::flat_hash_map<std::uint64_t, Event> externals_;  // live external_alloc events, by block_key
   std::uint64_t step_begin_ns_ = 0, last_time_ns_ = 0;
   bool timed_ = false;  // a timed event was seen (step_begin_ns_ is set)
   std::uint64_t marks_ = 0;

@@ -3,14 +3,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <unordered_map>
-#include <utility>
+
+#include "absl/container/flat_hash_map.h"
 
 namespace ridgescope::detail {
 namespace {
-
-const PickleList kEmptyList;
-const PickleDict kEmptyDict;
 
 std::string hex_byte(unsigned char op) {
   static const char* digits = "0123456789abcdef";
@@ -20,15 +17,17 @@ std::string hex_byte(unsigned char op) {
   return s;
 }
 
+constexpr int kMaxProtocol = 5;
+
 class Parser {
  public:
-  Parser(std::string_view bytes, const PickleLimits& limits) : b_(bytes), limits_(limits) {}
+  Parser(std::string_view bytes, const PickleLimits& limits)
+      : b_(bytes), limits_(limits), arena_(std::make_unique<PickleArena>()) {}
 
   PickleResult run() {
-    PickleResult result;
     if (b_.empty()) fail("empty file: not a pickle", 0);
     if (static_cast<unsigned char>(b_[0]) != 0x80) {
-      fail("not a protocol 2-4 pickle: the first byte is " + hex_byte(static_cast<unsigned char>(b_[0])) +
+      fail("not a protocol 2-5 pickle: the first byte is " + hex_byte(static_cast<unsigned char>(b_[0])) +
                ", not PROTO (0x80)",
            0);
     }
@@ -40,8 +39,8 @@ class Parser {
         case 0x80: {  // PROTO
           const unsigned v = u8(at);
           if (at != 0) fail("PROTO after the start of the pickle", at);
-          if (v < 2 || v > 4) {
-            fail("pickle protocol " + std::to_string(v) + " is not supported (protocols 2 to 4 are)", at);
+          if (v < 2 || v > kMaxProtocol) {
+            fail("pickle protocol " + std::to_string(v) + " is not supported (protocols 2 to 5 are)", at);
           }
           protocol_ = static_cast<int>(v);
           break;
@@ -64,15 +63,18 @@ class Parser {
           if (pos_ != b_.size()) {
             fail("trailing data: " + std::to_string(b_.size() - pos_) + " bytes after STOP", pos_);
           }
-          result.root = std::move(stack_.back());
+          PickleResult result;
+          result.root = stack_.back();
           result.protocol = protocol_;
           result.values = values_;
+          result.arena = std::move(arena_);
           return result;
         }
         case '(': marks_.push_back(stack_.size()); break;  // MARK
         case '}': push_container(PickleValue::Type::Dict, at); break;   // EMPTY_DICT
         case ']': push_container(PickleValue::Type::List, at); break;   // EMPTY_LIST
         case ')': push_container(PickleValue::Type::Tuple, at); break;  // EMPTY_TUPLE
+        case 0x8f: push_container(PickleValue::Type::Set, at); break;   // EMPTY_SET
         case 'N': push(PickleValue{}, at); break;                      // NONE
         case 0x88: push(make_bool(true), at); break;                   // NEWTRUE
         case 0x89: push(make_bool(false), at); break;                  // NEWFALSE
@@ -94,44 +96,50 @@ class Parser {
           PickleValue v;
           v.type = PickleValue::Type::Float;
           std::memcpy(&v.real, &bits, sizeof bits);
-          push(std::move(v), at);
+          push(v, at);
           break;
         }
-        case 0x8c: push(read_str(u8(at), at), at); break;           // SHORT_BINUNICODE
-        case 'X': push(read_str(uint_le(4, at), at), at); break;    // BINUNICODE
-        case 0x94: memo_put(static_cast<std::uint32_t>(memo_.size()), at); break;  // MEMOIZE
+        case 0x8c: push(read_text(PickleValue::Type::Str, u8(at), at), at); break;         // SHORT_BINUNICODE
+        case 'X': push(read_text(PickleValue::Type::Str, uint_le(4, at), at), at); break;  // BINUNICODE
+        case 0x8d: push(read_text(PickleValue::Type::Str, uint_le(8, at), at), at); break;  // BINUNICODE8
+        case 'C': push(read_text(PickleValue::Type::Bytes, u8(at), at), at); break;        // SHORT_BINBYTES
+        case 'B': push(read_text(PickleValue::Type::Bytes, uint_le(4, at), at), at); break;  // BINBYTES
+        case 0x8e:                                                                           // BINBYTES8
+        case 0x96: push(read_text(PickleValue::Type::Bytes, uint_le(8, at), at), at); break;  // BYTEARRAY8
+        case 0x94: memo_put(memo_len(), at); break;                                           // MEMOIZE
         case 'q': memo_put(u8(at), at); break;                                     // BINPUT
         case 'r': memo_put(static_cast<std::uint32_t>(uint_le(4, at)), at); break;  // LONG_BINPUT
         case 'h': memo_get(u8(at), at); break;                                     // BINGET
         case 'j': memo_get(static_cast<std::uint32_t>(uint_le(4, at)), at); break;  // LONG_BINGET
         case 'a': {  // APPEND
           if (stack_.size() < 2) underflow("APPEND", at);
-          PickleValue v = pop();
+          const PickleValue v = stack_.back();
+          stack_.pop_back();
           PickleContainer& c = add_to(stack_.back(), PickleValue::Type::List, "APPEND", at);
           note_child(c, v, at);
-          c.list.push_back(std::move(v));
+          append(c, &v, 1);
           break;
         }
-        case 'e': {  // APPENDS
-          const std::size_t mark = pop_mark("APPENDS", at);
-          if (mark == 0) underflow("APPENDS", at);
-          PickleContainer& c = add_to(stack_[mark - 1], PickleValue::Type::List, "APPENDS", at);
-          if (c.list.empty()) c.list.reserve(stack_.size() - mark);  // the first batch (later ones grow)
-          for (std::size_t i = mark; i < stack_.size(); ++i) {
-            note_child(c, stack_[i], at);
-            c.list.push_back(std::move(stack_[i]));
-          }
-          stack_.resize(mark);
+        case 'e':    // APPENDS
+        case 0x90: {  // ADDITEMS
+          const bool set = op == 0x90;
+          const char* name = set ? "ADDITEMS" : "APPENDS";
+          const std::size_t mark = pop_mark(name, at);
+          if (mark == 0) underflow(name, at);
+          PickleContainer& c = add_to(stack_[mark - 1], set ? PickleValue::Type::Set : PickleValue::Type::List, name, at);
+          append_items(c, mark, at);
           break;
         }
         case 's': {  // SETITEM
           if (stack_.size() < 3) underflow("SETITEM", at);
-          PickleValue v = pop();
-          PickleValue k = pop();
+          const PickleValue v = stack_.back();
+          const PickleValue k = stack_[stack_.size() - 2];
+          stack_.resize(stack_.size() - 2);
           check_key(k, at);
           PickleContainer& c = add_to(stack_.back(), PickleValue::Type::Dict, "SETITEM", at);
           note_child(c, v, at);
-          c.dict.emplace_back(std::move(k), std::move(v));
+          const PickleValue kv[2] = {k, v};
+          append(c, kv, 2);
           break;
         }
         case 'u': {  // SETITEMS
@@ -139,32 +147,23 @@ class Parser {
           if (mark == 0) underflow("SETITEMS", at);
           if ((stack_.size() - mark) % 2 != 0) fail("malformed pickle: SETITEMS with an odd number of items", at);
           PickleContainer& c = add_to(stack_[mark - 1], PickleValue::Type::Dict, "SETITEMS", at);
-          if (c.dict.empty()) c.dict.reserve((stack_.size() - mark) / 2);  // the first batch (later ones grow)
-          for (std::size_t i = mark; i < stack_.size(); i += 2) {
-            check_key(stack_[i], at);
-            note_child(c, stack_[i + 1], at);
-            c.dict.emplace_back(std::move(stack_[i]), std::move(stack_[i + 1]));
-          }
-          stack_.resize(mark);
+          for (std::size_t i = mark; i < stack_.size(); i += 2) check_key(stack_[i], at);
+          append_items(c, mark, at);
           break;
         }
-        case 'l':    // LIST
-        case 't': {  // TUPLE
-          const std::size_t mark = pop_mark(op == 'l' ? "LIST" : "TUPLE", at);
-          build_sequence(op == 'l' ? PickleValue::Type::List : PickleValue::Type::Tuple, mark, at);
+        case 'l':     // LIST
+        case 't':     // TUPLE
+        case 0x91: {  // FROZENSET
+          const auto type = op == 'l' ? PickleValue::Type::List : op == 't' ? PickleValue::Type::Tuple : PickleValue::Type::Set;
+          const std::size_t mark = pop_mark(op == 'l' ? "LIST" : op == 't' ? "TUPLE" : "FROZENSET", at);
+          build_from(type, mark, at);
           break;
         }
         case 'd': {  // DICT
           const std::size_t mark = pop_mark("DICT", at);
           if ((stack_.size() - mark) % 2 != 0) fail("malformed pickle: DICT with an odd number of items", at);
-          PickleValue d = new_container(PickleValue::Type::Dict, at);
-          for (std::size_t i = mark; i < stack_.size(); i += 2) {
-            check_key(stack_[i], at);
-            note_child(*d.items, stack_[i + 1], at);
-            d.items->dict.emplace_back(std::move(stack_[i]), std::move(stack_[i + 1]));
-          }
-          stack_.resize(mark);
-          push_value(std::move(d), at);
+          for (std::size_t i = mark; i < stack_.size(); i += 2) check_key(stack_[i], at);
+          build_from(PickleValue::Type::Dict, mark, at);
           break;
         }
         case 0x85:  // TUPLE1
@@ -172,9 +171,15 @@ class Parser {
         case 0x87: {  // TUPLE3
           const std::size_t n = op - 0x84u;
           if (stack_.size() < n) underflow(pickle_opcode_name(op).c_str(), at);
-          build_sequence(PickleValue::Type::Tuple, stack_.size() - n, at);
+          build_from(PickleValue::Type::Tuple, stack_.size() - n, at);
           break;
         }
+        case 0x97:    // NEXT_BUFFER
+        case 0x98:    // READONLY_BUFFER
+          fail("refused: opcode " + pickle_opcode_name(op) +
+                   " is one of pickle protocol 5's out-of-band buffers (data passed beside the pickle, "
+                   "not in it); a memory snapshot holds none",
+               at);
         default:
           if (is_code_or_object_opcode(op)) {
             fail("refused: the pickle uses " + pickle_opcode_name(op) +
@@ -183,8 +188,8 @@ class Parser {
                  at);
           }
           fail("refused: opcode " + pickle_opcode_name(op) +
-                   " is not allowed in a memory snapshot (only dict, list, tuple, str, int, float, bool "
-                   "and None, protocols 2-4)",
+                   " is not allowed in a memory snapshot (only dict, list, tuple, set, str, bytes, int, float, "
+                   "bool and None, protocols 2-5)",
                at);
       }
     }
@@ -270,15 +275,23 @@ class Parser {
     return make_int(negative, m);
   }
 
-  PickleValue read_str(std::uint64_t n, std::size_t at) {
+  // A str or bytes of `n` bytes at the current position: a view into the input.
+  PickleValue read_text(PickleValue::Type type, std::uint64_t n, std::size_t at) {
     if (n > remaining()) {
-      fail("string length field claims " + std::to_string(n) + " bytes but only " + std::to_string(remaining()) +
+      fail(std::string(type == PickleValue::Type::Str ? "string" : "bytes") + " length field claims " +
+               std::to_string(n) + " bytes but only " + std::to_string(remaining()) +
                " remain in the file (truncated or corrupt)",
            at);
     }
+    if (n > UINT32_MAX) {  // (only a file over 4 GiB gets here)
+      fail("a " + std::string(pickle_type_name(type)) + " of " + std::to_string(n) +
+               " bytes is longer than a memory snapshot's values can be (4 GiB)",
+           at);
+    }
     PickleValue v;
-    v.type = PickleValue::Type::Str;
-    v.text = std::make_shared<const std::string>(b_.substr(pos_, static_cast<std::size_t>(n)));
+    v.type = type;
+    v.length = static_cast<std::uint32_t>(n);
+    v.chars = b_.data() + pos_;
     pos_ += static_cast<std::size_t>(n);
     return v;
   }
@@ -289,33 +302,27 @@ class Parser {
     }
   }
 
-  void push_value(PickleValue v, std::size_t at) {
+  void push_value(const PickleValue& v, std::size_t at) {
     if (stack_.size() >= limits_.max_stack) {
       fail("more than " + std::to_string(limits_.max_stack) + " values on the unpickling stack", at);
     }
-    stack_.push_back(std::move(v));
+    stack_.push_back(v);
   }
 
-  void push(PickleValue v, std::size_t at) {
+  void push(const PickleValue& v, std::size_t at) {
     count_value(at);
-    push_value(std::move(v), at);
+    push_value(v, at);
   }
 
   PickleValue new_container(PickleValue::Type type, std::size_t at) {
     count_value(at);
     PickleValue v;
     v.type = type;
-    v.items = std::make_shared<PickleContainer>();
+    v.items = &arena_->new_container();
     return v;
   }
 
   void push_container(PickleValue::Type type, std::size_t at) { push_value(new_container(type, at), at); }
-
-  PickleValue pop() {
-    PickleValue v = std::move(stack_.back());
-    stack_.pop_back();
-    return v;
-  }
 
   std::size_t pop_mark(const char* op, std::size_t at) {
     if (marks_.empty()) fail(std::string("malformed pickle: ") + op + " without a MARK", at);
@@ -326,7 +333,7 @@ class Parser {
   }
 
   // The container a mutating opcode adds to: it must be of the right type and not frozen.
-  PickleContainer& add_to(PickleValue& target, PickleValue::Type type, const char* op, std::size_t at) {
+  PickleContainer& add_to(const PickleValue& target, PickleValue::Type type, const char* op, std::size_t at) {
     if (target.type != type) {
       fail(std::string("malformed pickle: ") + op + " on a " + std::string(pickle_type_name(target.type)) +
                " (expected a " + std::string(pickle_type_name(type)) + ")",
@@ -341,7 +348,7 @@ class Parser {
   }
 
   void note_child(PickleContainer& parent, const PickleValue& child, std::size_t at) {
-    if (!child.items) return;
+    if (!child.is_container()) return;
     const std::uint32_t d = child.items->depth + 1;
     if (d > limits_.max_depth) {
       fail("containers nested deeper than " + std::to_string(limits_.max_depth) + " levels", at);
@@ -359,37 +366,79 @@ class Parser {
     }
   }
 
-  void build_sequence(PickleValue::Type type, std::size_t from, std::size_t at) {
-    PickleValue v = new_container(type, at);
-    v.items->list.reserve(stack_.size() - from);
-    for (std::size_t i = from; i < stack_.size(); ++i) {
-      note_child(*v.items, stack_[i], at);
-      v.items->list.push_back(std::move(stack_[i]));
+  // Adds `n` values to `c`: in place while its block has room, else into a block twice as large
+  // (the first batch gets a block of exactly its size: most containers have one batch).
+  void append(PickleContainer& c, const PickleValue* v, std::size_t n) {
+    if (n == 0) return;
+    if (c.size + n > UINT32_MAX) fail("a container with more than 2^32 values", pos_);
+    if (c.size + n > c.capacity) {
+      const std::size_t capacity = c.size == 0 ? n : std::max<std::size_t>(c.size + n, 2 * std::size_t{c.capacity});
+      const std::size_t room = std::min<std::size_t>(capacity, UINT32_MAX);
+      PickleValue* block = arena_->take(room);
+      if (c.size > 0) std::memcpy(static_cast<void*>(block), c.values, c.size * sizeof(PickleValue));
+      c.values = block;
+      c.capacity = static_cast<std::uint32_t>(room);
     }
-    stack_.resize(from);
-    push_value(std::move(v), at);
+    std::memcpy(static_cast<void*>(c.values + c.size), v, n * sizeof(PickleValue));
+    c.size += static_cast<std::uint32_t>(n);
   }
 
+  // Moves the stack's values from `mark` on into `c`.
+  void append_items(PickleContainer& c, std::size_t mark, std::size_t at) {
+    for (std::size_t i = mark; i < stack_.size(); ++i) note_child(c, stack_[i], at);
+    append(c, stack_.data() + mark, stack_.size() - mark);
+    stack_.resize(mark);
+  }
+
+  void build_from(PickleValue::Type type, std::size_t from, std::size_t at) {
+    const PickleValue v = new_container(type, at);
+    append_items(*v.items, from, at);
+    push_value(v, at);
+  }
+
+  // Python's memo is a dict; MEMOIZE stores at len(memo). Indices 0, 1, 2, ... (what every
+  // pickler writes) live in a vector; others (BINPUT/LONG_BINPUT may skip) in a map, so a huge
+  // index never makes a huge table.
   void memo_put(std::uint32_t index, std::size_t at) {
     if (stack_.empty()) fail("malformed pickle: memo store with an empty stack", at);
-    memo_[index] = stack_.back();
+    if (index < memo_.size()) {
+      memo_[index] = stack_.back();
+    } else if (index == memo_.size()) {
+      memo_.push_back(stack_.back());
+      sparse_memo_.erase(index);
+      for (auto it = sparse_memo_.find(static_cast<std::uint32_t>(memo_.size())); it != sparse_memo_.end();
+           it = sparse_memo_.find(static_cast<std::uint32_t>(memo_.size()))) {
+        memo_.push_back(it->second);  // the next indices were stored out of order: now dense
+        sparse_memo_.erase(it);
+      }
+    } else {
+      sparse_memo_[index] = stack_.back();
+    }
   }
+  std::uint32_t memo_len() const { return static_cast<std::uint32_t>(memo_.size() + sparse_memo_.size()); }
 
   void memo_get(std::uint32_t index, std::size_t at) {
-    auto it = memo_.find(index);
-    if (it == memo_.end()) fail("malformed pickle: memo entry " + std::to_string(index) + " was never stored", at);
-    if (it->second.items) it->second.items->frozen = true;
-    push_value(it->second, at);
+    const PickleValue* v = nullptr;
+    if (index < memo_.size()) {
+      v = &memo_[index];
+    } else if (auto it = sparse_memo_.find(index); it != sparse_memo_.end()) {
+      v = &it->second;
+    }
+    if (v == nullptr) fail("malformed pickle: memo entry " + std::to_string(index) + " was never stored", at);
+    if (v->is_container()) v->items->frozen = true;
+    push_value(*v, at);
   }
 
   std::string_view b_;
   const PickleLimits& limits_;
+  std::unique_ptr<PickleArena> arena_;
   std::size_t pos_ = 0;
   int protocol_ = 0;
   std::uint64_t values_ = 0;
   std::vector<PickleValue> stack_;
   std::vector<std::size_t> marks_;
-  std::unordered_map<std::uint32_t, PickleValue> memo_;
+  std::vector<PickleValue> memo_;  // indices 0, 1, 2, ... as MEMOIZE and a normal pickler use them
+  absl::flat_hash_map<std::uint32_t, PickleValue> sparse_memo_;
 };
 
 }  // namespace
@@ -412,15 +461,41 @@ bool PickleValue::to_uint64(std::uint64_t* out) const noexcept {
   return true;
 }
 
-const PickleList& PickleValue::list() const {
-  return is_list_like() && items ? items->list : kEmptyList;
+PickleSpan PickleValue::list() const noexcept { return is_list_like() ? items->span() : PickleSpan(); }
+
+PickleSpan PickleValue::set() const noexcept { return type == Type::Set ? items->span() : PickleSpan(); }
+
+PickleDictView PickleValue::dict() const noexcept {
+  if (!is_dict()) return PickleDictView(nullptr, 0);
+  return PickleDictView(items->values, items->size / 2);
 }
 
-const PickleDict& PickleValue::dict() const { return is_dict() && items ? items->dict : kEmptyDict; }
+PickleValue* PickleArena::take(std::size_t n) {
+  if (n > left_) {
+    constexpr std::size_t kChunkValues = 1 << 16;  // 1 MiB
+    const std::size_t size = std::max(n, kChunkValues);
+    // Uninitialised: values are copied in (PickleValue is trivially copyable, an implicit-lifetime type).
+    chunks_.emplace_back(new std::byte[size * sizeof(PickleValue)]);
+    chunk_bytes_ += size * sizeof(PickleValue);
+    next_ = reinterpret_cast<PickleValue*>(chunks_.back().get());
+    left_ = size;
+  }
+  PickleValue* out = next_;
+  next_ += n;
+  left_ -= n;
+  return out;
+}
 
-const PickleValue* PickleValue::get(std::string_view key) const {
-  for (const auto& [k, v] : dict()) {
-    if (k.is_str() && k.str() == key) return &v;
+std::uint32_t PickleValue::depth() const noexcept { return is_container() ? items->depth : 0; }
+
+const PickleValue* PickleValue::get(std::string_view key) const noexcept {
+  if (!is_dict()) return nullptr;
+  const PickleValue* v = items->values;
+  for (std::size_t i = 0; i + 1 < items->size; i += 2) {
+    const PickleValue& k = v[i];
+    if (k.type == Type::Str && k.length == key.size() && std::memcmp(k.chars, key.data(), key.size()) == 0) {
+      return &v[i + 1];
+    }
   }
   return nullptr;
 }
@@ -432,6 +507,8 @@ std::string_view pickle_type_name(PickleValue::Type type) noexcept {
     case PickleValue::Type::Int: return "int";
     case PickleValue::Type::Float: return "float";
     case PickleValue::Type::Str: return "str";
+    case PickleValue::Type::Bytes: return "bytes";
+    case PickleValue::Type::Set: return "set";
     case PickleValue::Type::List: return "list";
     case PickleValue::Type::Tuple: return "tuple";
     case PickleValue::Type::Dict: return "dict";

@@ -27,7 +27,7 @@ CudaTraceEntry SnapshotEmitter::cuda_entry(const SnapshotEntry& e) const {
     default: c.action = CudaTraceAction::Unknown; break;
   }
   c.device = doc_.device.index;
-  c.addr = e.action == EntryAction::Oom ? e.device_free : e.addr;
+  c.addr = e.action == EntryAction::Oom ? e.device_free() : e.addr;
   c.size = e.size;
   c.stream = e.stream;
   return c;
@@ -49,7 +49,7 @@ void SnapshotEmitter::translate(const SnapshotEntry& e, std::size_t index, std::
       ++blocks_modelled_;
       if (bytes != doc_.rounded_block_bytes(e.size)) ++blocks_larger_than_rounded_;
       alloc(ev.addr, bytes, ev.requested_bytes, ev.stream, t, where(*e.frames), e.frames);
-      tag_block(ev.addr, t, e.category, e.frames, e.label, e.category_inferred, false);
+      tag_block(ev.addr, t, e.category(), e.frames, e.label(), e.category_inferred(), false);
       continue;
     }
     record_translated(ev, t, e.frames);

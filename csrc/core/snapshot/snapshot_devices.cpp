@@ -18,6 +18,7 @@
 
 #include "pickle_reader.h"
 #include "ridgescope/snapshot.h"
+#include "snapshot_document.h"
 #include "snapshot_entries.h"
 #include "snapshot_replay.h"
 
@@ -27,11 +28,23 @@ namespace {
 using detail::PickleValue;
 
 std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) throw SnapshotError("cannot read '" + path + "': " + std::strerror(errno), 0);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  const std::streamoff size = f.tellg();
+  std::string out;
+  if (size > 0) {  // read in place: one copy of the file, not two
+    out.resize(static_cast<std::size_t>(size));
+    f.seekg(0);
+    f.read(out.data(), size);
+    if (f.gcount() != size) throw SnapshotError("cannot read '" + path + "': it changed while being read", 0);
+  } else {  // a pipe or a special file: whatever it yields
+    f.clear();
+    f.seekg(0);
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    out = ss.str();
+  }
+  return out;
 }
 
 // A temporary trace file, removed when done.
@@ -55,16 +68,34 @@ class TempTrace {
 };
 
 
+// The file's bytes, the tree read from them, and the documents each device's replay reads from
+// the tree. The tree is the largest thing held (about 5 bytes per byte of the file); once the
+// documents are read it is released (their strings point into the bytes, which stay; they are
+// held by pointer so that moving this never moves them).
 struct ParsedSnapshot {
-  std::string bytes;
+  std::unique_ptr<const std::string> file;
   detail::PickleResult parsed;
+  int protocol = 0;
+  std::map<int, std::unique_ptr<detail::SnapshotDocument>> documents;
+  std::uint64_t size() const { return file->size(); }
+
+  // Reads the documents of `devices` (each with `options` and its device index), then releases the tree.
+  void read_documents(const std::vector<int>& devices, const SnapshotReadOptions& options) {
+    for (int d : devices) {
+      SnapshotReadOptions o = options;
+      o.device_index = d;
+      documents[d] = detail::read_snapshot_device(parsed.root, size(), o);
+    }
+    parsed = detail::PickleResult{};
+  }
 };
 
 ParsedSnapshot parse_snapshot(const std::string& pickle_path) {
   ParsedSnapshot p;
-  p.bytes = read_file(pickle_path);
+  p.file = std::make_unique<const std::string>(read_file(pickle_path));
   try {
-    p.parsed = detail::parse_pickle(p.bytes);
+    p.parsed = detail::parse_pickle(*p.file);
+    p.protocol = p.parsed.protocol;
   } catch (const detail::PickleError& e) {
     throw SnapshotError("'" + pickle_path + "' is not a readable snapshot pickle: " + e.what(), e.offset());
   }
@@ -94,6 +125,8 @@ std::map<int, std::uint64_t> snapshot_devices(const PickleValue& root, std::uint
   if (segments != nullptr && segments->is_list_like()) {
     for (const PickleValue& s : segments->list()) {
       if (!s.is_dict()) continue;
+      // a ridgescope export's memory outside PyTorch is not one of the allocator's segments
+      if (outside_pytorch(s)) continue;
       std::uint64_t d = 0;
       if (const PickleValue* v = s.get("device"); v != nullptr && !v->to_uint64(&d)) continue;
       if (d >= kMaxDevices) too_many_devices(d);
@@ -134,12 +167,12 @@ std::string device_list(const std::map<int, std::uint64_t>& devices) {
   return out;
 }
 
-// Replays one device (options.device_index, resolved) into a trace at `trace_path`.
+// Replays one device (options.device_index, resolved; its document read) into a trace at `trace_path`.
 SnapshotImport convert(const ParsedSnapshot& p, const std::string& trace_path, const SnapshotReadOptions& options,
                        std::uint64_t* peak_bytes = nullptr) {
   Recorder rec(trace_path);
-  SnapshotImport info =
-      detail::replay_snapshot_device(p.parsed.root, p.parsed.protocol, p.bytes.size(), options, rec, peak_bytes);
+  SnapshotImport info = detail::replay_snapshot_document(*p.documents.at(*options.device_index), p.protocol, options,
+                                                         rec, peak_bytes);
   rec.close();
   if (rec.failed()) throw SnapshotError("cannot write the replayed trace '" + trace_path + "': " + rec.error(), 0);
   return info;
@@ -175,8 +208,9 @@ bool looks_like_pickle(const std::string& path) {
 
 SnapshotImport snapshot_to_trace(const std::string& pickle_path, const std::string& trace_path,
                                  const SnapshotReadOptions& options) {
-  const ParsedSnapshot p = parse_snapshot(pickle_path);
-  const std::vector<int> devices = devices_to_replay(snapshot_devices(p.parsed.root, p.bytes.size()), options);
+  ParsedSnapshot p = parse_snapshot(pickle_path);
+  const std::vector<int> devices = devices_to_replay(snapshot_devices(p.parsed.root, p.size()), options);
+  p.read_documents(devices, options);
   SnapshotReadOptions chosen = options;
   chosen.device_index = devices.front();
   if (devices.size() > 1) {  // the device whose live bytes peak highest
@@ -198,8 +232,9 @@ SnapshotImport snapshot_to_trace(const std::string& pickle_path, const std::stri
 
 Report analyze_snapshot(const std::string& pickle_path, const AnalysisOptions& analysis,
                         const SnapshotReadOptions& options) {
-  // Every device is replayed into a trace of its own first; the parsed pickle (the largest
-  // thing held, tens of bytes per byte of the file) is released before the analyses run.
+  // Every device is replayed into a trace of its own first. The parsed tree (the largest thing
+  // held) is released once the devices' documents are read, before their replays; the file's
+  // bytes, which the documents point into, before the analyses run.
   struct Replayed {
     int device;
     std::unique_ptr<TempTrace> trace;
@@ -209,10 +244,12 @@ Report analyze_snapshot(const std::string& pickle_path, const AnalysisOptions& a
   std::map<int, std::uint64_t> held;
   std::uint64_t file_bytes = 0;
   {
-    const ParsedSnapshot p = parse_snapshot(pickle_path);
-    file_bytes = p.bytes.size();
-    held = snapshot_devices(p.parsed.root, p.bytes.size());
-    for (int d : devices_to_replay(held, options)) {
+    ParsedSnapshot p = parse_snapshot(pickle_path);
+    file_bytes = p.size();
+    held = snapshot_devices(p.parsed.root, p.size());
+    const std::vector<int> devices = devices_to_replay(held, options);
+    p.read_documents(devices, options);
+    for (int d : devices) {
       auto temp = std::make_unique<TempTrace>();
       SnapshotReadOptions o = options;
       o.device_index = d;

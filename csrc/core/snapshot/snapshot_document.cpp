@@ -11,19 +11,19 @@ namespace ridgescope::detail {
 
 SnapshotDocument::SnapshotDocument(const PickleValue& root, std::uint64_t file_bytes,
                                    const SnapshotReadOptions& options)
-    : root_(root), budget_(file_bytes) {
+    : root_(&root), budget_(file_bytes) {
   const PickleValue* segments = nullptr;
   const PickleValue* traces = nullptr;
-  if (root_.is_list_like()) {  // the oldest format: a bare list of segments
-    segments = &root_;
-  } else if (root_.is_dict()) {
-    segments = field(root_, "segments");
-    traces = field(root_, "device_traces");
+  if (root_->is_list_like()) {  // the oldest format: a bare list of segments
+    segments = root_;
+  } else if (root_->is_dict()) {
+    segments = field(*root_, "segments");
+    traces = field(*root_, "device_traces");
     if (segments == nullptr && traces == nullptr) snapshot_content_error("the top-level dict has neither 'segments' nor 'device_traces'");
     if (segments != nullptr && !segments->is_list_like()) snapshot_content_error("'segments' must be a list, got " + pickle_type_of(*segments));
     if (traces != nullptr && !traces->is_list_like()) snapshot_content_error("'device_traces' must be a list, got " + pickle_type_of(*traces));
   } else {
-    snapshot_content_error("the pickle holds a " + pickle_type_of(root_) + ", not a snapshot dict");
+    snapshot_content_error("the pickle holds a " + pickle_type_of(*root_) + ", not a snapshot dict");
   }
   if (traces != nullptr) {
     std::size_t i = 0;
@@ -39,19 +39,20 @@ SnapshotDocument::SnapshotDocument(const PickleValue& root, std::uint64_t file_b
     entries.reserve(list.list().size());
     std::size_t i = 0;
     for (const PickleValue& t : list.list()) {
-      const std::string where = "device_traces[" + std::to_string(device_index) + "][" + std::to_string(i++) + "]";
+      const Where where("device_traces", device_index, i++);
       budget_.take(1, where);
-      entries.push_back(read_entry(t, where, budget_, frames_));
+      entries.push_back(read_entry(t, where, budget_, frames_, extras_));
     }
   }
   has_segments = segments != nullptr;
   if (segments != nullptr) read_end_segments(*segments);
   read_allocator_settings();
   read_annotations();
+  root_ = nullptr;  // the tree may go now: nothing refers to it
 }
 
 void SnapshotDocument::read_producer() {
-  const PickleValue* r = root_.is_dict() ? field(root_, "ridgescope") : nullptr;
+  const PickleValue* r = root_->is_dict() ? field(*root_, "ridgescope") : nullptr;
   if (r != nullptr && r->is_dict()) {
     const PickleValue* p = r->get("producer");
     if (p != nullptr && p->is_str() && p->str() == "ridgescope") ours = true;
@@ -92,7 +93,7 @@ void SnapshotDocument::read_end_segments(const PickleValue& segments) {
     if (const PickleValue* d = s.get("device"); d != nullptr && !d->to_uint64(&segment_device)) {
       snapshot_content_error(where + "['device'] must be an int, got " + pickle_type_of(*d));
     }
-    if (segment_device != device_index) continue;
+    if (segment_device != device_index || outside_pytorch(s)) continue;
     const std::uint64_t address = uint_field(s, "address", where);
     const std::uint64_t total = uint_field(s, "total_size", where);
     if (const PickleValue* x = s.get("is_expandable"); x != nullptr && x->type == PickleValue::Type::Bool && x->boolean) {
@@ -136,7 +137,7 @@ void SnapshotDocument::read_end_segments(const PickleValue& segments) {
 // max_split_size is int64(SIZE_MAX) = -1 when unlimited; roundup_power2_divisions is a dict
 // {"1": n, "2": n, "4": n, ..., "32768": n}: the key 2^i holds interval i.
 void SnapshotDocument::read_allocator_settings() {
-  const PickleValue* a = root_.is_dict() ? field(root_, "allocator_settings") : nullptr;
+  const PickleValue* a = root_->is_dict() ? field(*root_, "allocator_settings") : nullptr;
   if (a == nullptr || a->type == PickleValue::Type::None) return;
   const std::string where = "allocator_settings";
   if (!a->is_dict()) snapshot_content_error(where + " must be a dict, got " + pickle_type_of(*a));
@@ -181,7 +182,7 @@ void SnapshotDocument::read_allocator_settings() {
 // zero_grad phases, and a record_function named like a ridgescope phase gives that phase.
 // Other names (library internals) are not phases. Malformed entries are skipped.
 void SnapshotDocument::read_torch_annotations() {
-  const PickleValue* a = field(root_, "external_annotations");
+  const PickleValue* a = field(*root_, "external_annotations");
   if (a == nullptr || !a->is_list_like()) return;
   for (const PickleValue& x : a->list()) {
     const PickleValue* name = x.get("name");
@@ -215,12 +216,12 @@ void SnapshotDocument::read_torch_annotations() {
 }
 
 void SnapshotDocument::read_annotations() {
-  if (!root_.is_dict()) return;
+  if (!root_->is_dict()) return;
   if (!ours) {
     read_torch_annotations();
     return;
   }
-  const PickleValue* a = field(root_, "external_annotations");
+  const PickleValue* a = field(*root_, "external_annotations");
   if (a == nullptr || !a->is_list_like()) return;
   std::size_t i = 0;
   for (const PickleValue& x : a->list()) {

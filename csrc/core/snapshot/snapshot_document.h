@@ -5,8 +5,9 @@
 // that decide block sizes, and the phase marks of its annotations.
 //
 // Errors: a SnapshotError naming the problem for content that is not a usable snapshot.
-// Thread-safety: none; one document per replay. The PickleValue tree is only read, and must
-// outlive the document (entries point into its strings).
+// Thread-safety: none; one document per replay. The PickleValue tree is only read, while the
+// document is built; the tree may be released afterwards, but the file's bytes must outlive the
+// document (entries, frames and blocks point into the strings of the file).
 #pragma once
 
 #include <cstddef>
@@ -70,10 +71,11 @@ class SnapshotDocument {
   void read_torch_annotations();
   void read_annotations();
 
-  const PickleValue& root_;
+  const PickleValue* root_;  // while the constructor reads it
   VisitBudget budget_;
   std::vector<std::string> device_names_;
   FramesCache frames_;  // every frames list read, once (entries and blocks point into it)
+  SnapshotExtras extras_;  // what entries carry beyond torch's fields (entries point into it)
 };
 
 }  // namespace ridgescope::detail

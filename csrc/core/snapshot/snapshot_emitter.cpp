@@ -37,11 +37,12 @@ void SnapshotEmitter::run() {
     const SnapshotEntry& e = doc_.entries[i];
     phases_.emit_marks_through(*this, i);
     if (e.action == EntryAction::Other) {
-      ++ignored_entries_;
+      if (!e.outside) ++ignored_entries_;
       continue;
     }
     if (!doc_.ours) phases_.emit_torch_marks_before(*this, e.time_us);
     const std::uint64_t t = time_ns(e.time_us);
+    if (!doc_.ours) note_frames(e, t);
     if (modelled_ && e.action != EntryAction::Annotate) {
       if (e.action == EntryAction::Alloc) phases_.infer_phase(*this, e, t);
       translate(e, i, t);
@@ -52,6 +53,19 @@ void SnapshotEmitter::run() {
   phases_.finish(*this, last_ns_);
   if (!doc_.ours && doc_.has_segments) end_state();
   sink_.flush();
+}
+
+void SnapshotEmitter::note_frames(const SnapshotEntry& e, std::uint64_t t_ns) {
+  if (e.action == EntryAction::Alloc) {
+    alloc_frames_[e.addr] = e.frames;
+    return;
+  }
+  const bool free_request = e.action == EntryAction::FreeRequested || (e.action == EntryAction::FreeCompleted && e.legacy_free);
+  if (free_request) {
+    auto it = alloc_frames_.find(e.addr);
+    phases_.infer_phase_at_free(*this, e, it != alloc_frames_.end() ? it->second : nullptr, t_ns);
+  }
+  if (e.action == EntryAction::FreeCompleted) alloc_frames_.erase(e.addr);
 }
 
 std::uint64_t SnapshotEmitter::time_ns(std::uint64_t time_us) {
@@ -156,9 +170,9 @@ void SnapshotEmitter::emit_entry(const SnapshotEntry& e, std::size_t i, std::uin
       if (!doc_.ours) phases_.infer_phase(*this, e, t);
       auto exact = start_.exact_bytes.find(i);
       const std::uint64_t bytes =
-          e.block_size ? *e.block_size : exact != start_.exact_bytes.end() ? exact->second : doc_.rounded_block_bytes(e.size);
-      alloc(e.addr, bytes, e.size, e.stream, t, doc_.ours ? std::string(e.module) : where(*e.frames), e.frames);
-      tag_block(e.addr, t, e.category, e.frames, e.label, e.category_inferred, false);
+          e.block_size() ? *e.block_size() : exact != start_.exact_bytes.end() ? exact->second : doc_.rounded_block_bytes(e.size);
+      alloc(e.addr, bytes, e.size, e.stream, t, doc_.ours ? std::string(e.module()) : where(*e.frames), e.frames);
+      tag_block(e.addr, t, e.category(), e.frames, e.label(), e.category_inferred(), false);
       break;
     }
     case EntryAction::FreeRequested: break;  // the block stays allocated until free_completed
@@ -188,19 +202,19 @@ void SnapshotEmitter::emit_entry(const SnapshotEntry& e, std::size_t i, std::uin
     case EntryAction::Oom: {
       Event o = make(EventKind::Oom, t);
       o.bytes = e.size;
-      o.value = e.device_free;
+      o.value = e.device_free();
       o.stream = e.stream;
       record(o);
       break;
     }
     case EntryAction::Annotate: {
-      if (!e.category || !live_bytes_.contains(e.addr)) break;
-      const std::optional<Category> c = category_from_name(*e.category);
+      if (!e.category() || !live_bytes_.contains(e.addr)) break;
+      const std::optional<Category> c = category_from_name(*e.category());
       if (!c) break;
       Event g = make(EventKind::Tag, t);
       g.addr = e.addr;
       g.category = *c;
-      g.string_id = rec_.intern(e.label);
+      g.string_id = rec_.intern(e.label());
       record(g);
       break;
     }

@@ -53,6 +53,9 @@ class SnapshotEmitter {
 
  private:
   Event make(EventKind kind, std::uint64_t t_ns) const;
+  // PyTorch's snapshots: remembers each allocation's frames, and lets a free's own frames (the
+  // stack torch records at the free, context="all") end a phase inferred from frames.
+  void note_frames(const SnapshotEntry& e, std::uint64_t t_ns);
   void record(const Event& e, const SnapshotFrames* frames = nullptr, bool after_trace = false);
   // A SegmentAlloc or SegmentFree of [addr, addr + bytes) at t_ns, on no stream.
   void segment(EventKind kind, std::uint64_t addr, std::uint64_t bytes, std::uint64_t t_ns);
@@ -103,6 +106,7 @@ class SnapshotEmitter {
   SnapshotStacks stacks_{rec_};  // each frames list as a trace stack, once
   absl::flat_hash_map<const SnapshotFrames*, std::string> where_;  // where_from_frames, per list
   absl::flat_hash_map<std::uint64_t, std::uint64_t> live_bytes_;    // addr -> bytes, as emitted
+  absl::flat_hash_map<std::uint64_t, const SnapshotFrames*> alloc_frames_;  // addr -> its alloc's frames
   std::uint64_t base_us_ = 0, last_ns_ = 0;
   std::uint64_t allocations_ = 0, categorised_from_snapshot_ = 0;
   std::uint64_t ignored_entries_ = 0;

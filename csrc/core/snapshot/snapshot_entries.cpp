@@ -27,9 +27,14 @@ EntryAction parse_entry_action(std::string_view a) {
   return EntryAction::Other;  // "snapshot" and actions of newer torch versions
 }
 
-void VisitBudget::take(std::uint64_t items, const std::string& where, std::string_view suffix) {
+std::string Where::str() const {
+  if (text_ != nullptr) return *text_;
+  return std::string(list_) + "[" + std::to_string(i_) + "][" + std::to_string(j_) + "]";
+}
+
+void VisitBudget::take(std::uint64_t items, const Where& where, std::string_view suffix) {
   if (items > left_) {
-    snapshot_content_error(where + std::string(suffix) + " makes the snapshot reference more items than its bytes can "
+    snapshot_content_error(where + suffix + " makes the snapshot reference more items than its bytes can "
                            "hold (the same lists referenced many times over: a decompression bomb?)");
   }
   left_ -= items;
@@ -37,7 +42,7 @@ void VisitBudget::take(std::uint64_t items, const std::string& where, std::strin
 
 const PickleValue* field(const PickleValue& d, std::string_view key) { return d.get(key); }
 
-std::uint64_t uint_field(const PickleValue& d, std::string_view key, const std::string& where) {
+std::uint64_t uint_field(const PickleValue& d, std::string_view key, const Where& where) {
   const PickleValue* v = field(d, key);
   if (v == nullptr) snapshot_content_error(where + " has no '" + std::string(key) + "'");
   std::uint64_t out = 0;
@@ -53,33 +58,33 @@ std::uint64_t uint_field(const PickleValue& d, std::string_view key, const std::
   snapshot_content_error(where + "['" + std::string(key) + "'] must be an int, got " + pickle_type_of(*v));
 }
 
-std::optional<std::uint64_t> opt_uint(const PickleValue& d, std::string_view key, const std::string& where) {
+std::optional<std::uint64_t> opt_uint(const PickleValue& d, std::string_view key, const Where& where) {
   const PickleValue* v = field(d, key);
   if (v == nullptr || v->type == PickleValue::Type::None) return std::nullopt;
   return uint_field(d, key, where);
 }
 
-std::string_view str_field(const PickleValue& d, std::string_view key, const std::string& where) {
+std::string_view str_field(const PickleValue& d, std::string_view key, const Where& where) {
   const PickleValue* v = field(d, key);
   if (v == nullptr) snapshot_content_error(where + " has no '" + std::string(key) + "'");
   if (!v->is_str()) snapshot_content_error(where + "['" + std::string(key) + "'] must be a str, got " + pickle_type_of(*v));
   return v->str();
 }
 
-const PickleValue& list_field(const PickleValue& d, std::string_view key, const std::string& where) {
+const PickleValue& list_field(const PickleValue& d, std::string_view key, const Where& where) {
   const PickleValue* v = field(d, key);
   if (v == nullptr) snapshot_content_error(where + " has no '" + std::string(key) + "'");
   if (!v->is_list_like()) snapshot_content_error(where + "['" + std::string(key) + "'] must be a list, got " + pickle_type_of(*v));
   return *v;
 }
 
-const SnapshotFrames* FramesCache::read(const PickleValue& d, const std::string& where, VisitBudget& budget) {
+const SnapshotFrames* FramesCache::read(const PickleValue& d, const Where& where, VisitBudget& budget) {
   const PickleValue* v = field(d, "frames");
   if (v == nullptr || v->type == PickleValue::Type::None) return &kNoFrames;
   if (!v->is_list_like()) snapshot_content_error(where + "['frames'] must be a list, got " + pickle_type_of(*v));
   budget.take(v->list().size(), where, "['frames']");
   if (v->list().empty()) return &kNoFrames;
-  auto [it, inserted] = lists_.try_emplace(v->items.get());
+  auto [it, inserted] = lists_.try_emplace(v->identity());
   if (!inserted) return it->second.get();
   auto out = std::make_unique<SnapshotFrames>();
   out->reserve(v->list().size());
@@ -101,15 +106,26 @@ const SnapshotFrames* FramesCache::read(const PickleValue& d, const std::string&
   return (it->second = std::move(out)).get();
 }
 
-SnapshotEntry read_entry(const PickleValue& t, const std::string& where, VisitBudget& budget, FramesCache& frames) {
+bool outside_pytorch(const PickleValue& v) {
+  const PickleValue* m = v.is_dict() ? v.get("ridgescope_outside_pytorch") : nullptr;
+  return m != nullptr && m->type == PickleValue::Type::Bool && m->boolean;
+}
+
+SnapshotEntry read_entry(const PickleValue& t, const Where& where, VisitBudget& budget, FramesCache& frames,
+                         SnapshotExtras& extras) {
   if (!t.is_dict()) snapshot_content_error(where + " must be a dict, got " + pickle_type_of(t));
   SnapshotEntry e;
   const std::string_view action = str_field(t, "action", where);
   e.action = parse_entry_action(action);
   e.legacy_free = action == "free";
+  if (outside_pytorch(t)) {
+    e.action = EntryAction::Other;
+    e.outside = true;
+  }
   if (e.action == EntryAction::Other) return e;
+  SnapshotEntryExtra x;
   if (e.action == EntryAction::Oom) {
-    e.device_free = opt_uint(t, "device_free", where).value_or(0);
+    x.device_free = opt_uint(t, "device_free", where).value_or(0);
   } else {
     e.addr = uint_field(t, "addr", where);
   }
@@ -117,23 +133,27 @@ SnapshotEntry read_entry(const PickleValue& t, const std::string& where, VisitBu
   e.size = e.action == EntryAction::Annotate ? opt_uint(t, "size", where).value_or(0) : uint_field(t, "size", where);
   e.stream = opt_uint(t, "stream", where).value_or(0);
   e.time_us = opt_uint(t, "time_us", where).value_or(0);
-  e.block_size = opt_uint(t, "block_size", where);
+  x.block_size = opt_uint(t, "block_size", where);
   e.frames = frames.read(t, where, budget);
   if (const PickleValue* c = field(t, "category"); c != nullptr && c->type != PickleValue::Type::None) {
     if (!c->is_str()) snapshot_content_error(where + "['category'] must be a str, got " + pickle_type_of(*c));
-    e.category = c->str();
+    x.category = c->str();
   }
   if (const PickleValue* m = field(t, "user_metadata"); m != nullptr && m->is_dict()) {
     auto s = [&](std::string_view k) {
       const PickleValue* v = m->get(k);
       return v != nullptr && v->is_str() ? v->str() : std::string_view();
     };
-    e.phase = s("phase");
-    e.label = s("label");
-    e.module = s("module");
+    x.phase = s("phase");
+    x.label = s("label");
+    x.module = s("module");
     if (const PickleValue* inf = m->get("category_inferred"); inf != nullptr && inf->type == PickleValue::Type::Bool) {
-      e.category_inferred = inf->boolean;
+      x.category_inferred = inf->boolean;
     }
+  }
+  if (x.block_size || x.device_free != 0 || x.category || !x.phase.empty() || !x.label.empty() || !x.module.empty() ||
+      x.category_inferred) {
+    e.extra = &extras.emplace_back(x);
   }
   return e;
 }

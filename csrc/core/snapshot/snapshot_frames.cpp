@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "frame_text.h"
+
 namespace ridgescope::detail {
 namespace {
 
@@ -11,8 +13,6 @@ bool contains(std::string_view s, std::string_view part) { return s.find(part) !
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
-
-bool in_torch(const SnapshotFrame& f) { return path_has(f.filename, "/torch/") || f.filename.substr(0, 6) == "torch/"; }
 
 bool is_module_call(const SnapshotFrame& f) {
   return path_has(f.filename, "torch/nn/modules/module.py") && (f.name == "_call_impl" || f.name == "_wrapped_call_impl");
@@ -56,48 +56,57 @@ std::string short_cpp_name(std::string_view name) {
 
 std::string cpp_function_name(std::string_view name) { return short_cpp_name(name); }
 
-// `needle` (written with '/') occurs in `path`, where '\' counts as '/' (Windows paths).
-bool path_has(std::string_view path, std::string_view needle) {
-  if (needle.size() > path.size()) return false;
-  if (path.find('\\') == std::string_view::npos) return path.find(needle) != std::string_view::npos;
-  for (std::size_t i = 0; i + needle.size() <= path.size(); ++i) {  // a Windows path
-    std::size_t j = 0;
-    for (; j < needle.size(); ++j) {
-      const char c = path[i + j] == '\\' ? '/' : path[i + j];
-      if (c != needle[j]) break;
-    }
-    if (j == needle.size()) return true;
-  }
-  return false;
-}
-
 bool is_python(const SnapshotFrame& f) { return ends_with(f.filename, ".py"); }
 
-bool is_library(const SnapshotFrame& f) {
-  return in_torch(f) || path_has(f.filename, "site-packages/") || path_has(f.filename, "dist-packages/");
-}
+bool is_library(const SnapshotFrame& f) { return is_library_file(f.filename); }
 
 std::string python_frame_text(const SnapshotFrame& f) {
-  return std::string(base_name(f.filename)) + ":" + std::to_string(f.line) + " " + std::string(f.name);
+  return format_frame(FrameKind::Python, f.filename, f.line > 0 ? static_cast<std::uint64_t>(f.line) : 0, f.name, {});
+}
+
+bool function_is(std::string_view function, std::string_view name) {
+  return function == name || (function.size() > name.size() && ends_with(function, name) &&
+                              function[function.size() - name.size() - 1] == '.');
+}
+
+// A frame of activation checkpointing that recomputes a forward during backward: the reentrant
+// CheckpointFunction.backward, the non-reentrant unpack hook and its recompute_fn.
+bool is_recompute_frame(const SnapshotFrame& f) {
+  return path_has(f.filename, "torch/utils/checkpoint.py") &&
+         (function_is(f.name, "backward") || function_is(f.name, "unpack_hook") || function_is(f.name, "recompute_fn"));
 }
 
 PhaseKind phase_from_frames(const SnapshotFrames& frames) {
-  bool zero_grad = false, optimizer = false, backward = false, forward = false;
+  bool zero_grad = false, optimizer = false, backward = false, forward = false, recompute = false;
   for (const SnapshotFrame& f : frames) {
     if (contains(f.name, "zero_grad")) zero_grad = true;
     if (path_has(f.filename, "torch/optim/")) optimizer = true;
-    if ((f.name == "backward" && (path_has(f.filename, "torch/_tensor.py") || path_has(f.filename, "torch/autograd/"))) ||
+    if ((function_is(f.name, "backward") && (path_has(f.filename, "torch/_tensor.py") || path_has(f.filename, "torch/autograd/"))) ||
         contains(f.name, "_engine_run_backward") || contains(f.name, "autograd::Engine") ||
         contains(f.name, "evaluate_function")) {
       backward = true;
     }
-    if (is_module_call(f) || f.name == "forward") forward = true;
+    if (is_recompute_frame(f)) recompute = true;
+    if (is_module_call(f) || function_is(f.name, "forward")) forward = true;
   }
   if (zero_grad) return PhaseKind::ZeroGrad;
   if (optimizer) return PhaseKind::OptimizerStep;
+  // A module's forward run while autograd evaluates the backward: a checkpoint's recomputation.
+  if (forward && (recompute || backward)) return PhaseKind::Recompute;
   if (backward) return PhaseKind::Backward;
+  if (recompute) return PhaseKind::Recompute;
   if (forward) return PhaseKind::Forward;
   return PhaseKind::Other;
+}
+
+bool from_main_thread(const SnapshotFrames& frames) {
+  for (std::size_t i = frames.size(); i-- > 0;) {
+    const SnapshotFrame& f = frames[i];
+    if (!is_python(f) && f.name != "<module>") continue;  // `python -c` runs "<string>"
+    // The outermost Python frame: a script's top level, or runpy running a module (python -m).
+    return f.name == "<module>" || path_has(f.filename, "/runpy.py") || f.filename == "runpy.py";
+  }
+  return false;
 }
 
 std::string where_from_frames(const SnapshotFrames& frames) {

@@ -16,17 +16,21 @@
 //   parameter_frames             Module._apply (.to/.cuda), reset_parameters, load_state_dict,
 //                                from_pretrained, torch/nn/parameter.py, an nn.Module __init__
 //   data_loader                  torch/utils/data                     -> input
+//   comm_frames                  DDP's reducer making its buckets (torch/nn/parallel/distributed.py,
+//                                c10d::Reducer), kept past its phase  -> comm_buffer
 //   gradient_kept                made in backward, still live when it ends
 //   optimizer_state_kept         made in the optimizer step, still live when it ends
 //   parameter_matched_gradient   live before the first forward, matched by a gradient of the
 //                                same size made in backward
 //   optimizer_state_replaced     live before the first forward, freed in an optimizer step that
 //                                made (and kept) a block of the same size
+//   comm_buffer_replaced         live before the first forward, freed while DDP's reducer made
+//                                buckets of the same total size (its buckets rebuilt)
 //   gradient_zero_grad           live before the first forward, freed by zero_grad
 //   workspace_size               exactly cuBLAS's default workspace (8,519,680 B), no C++ frames
 //   temporary                    made and freed inside one phase (or one idle stretch)
-//   activation                   made in forward (or after it, before backward) and freed in
-//                                backward
+//   activation                   made in forward and freed in backward, or made after the forward
+//                                (the loss) and live when the backward begins
 //   forward_output               made in forward, live after it, not freed by a backward
 //   weights_by_lifetime          no frames, live before the first forward and to the end
 //   forward_frames               older than the trace, made inside an nn.Module call, live at
@@ -69,10 +73,12 @@ enum class InferenceRule : std::uint8_t {
   AccumulateGrad,
   ParameterFrames,
   DataLoader,
+  CommFrames,
   GradientKept,
   OptimizerStateKept,
   ParameterMatchedGradient,
   OptimizerStateReplaced,
+  CommBufferReplaced,
   GradientZeroGrad,
   WorkspaceSize,
   Temporary,
@@ -95,12 +101,32 @@ std::string_view inference_rule_reason(InferenceRule rule) noexcept;
 // user rule's match, a place in the code), e.g. "allocated under torch/optim/adamw.py _init_group".
 std::string inference_reason_text(InferenceRule rule, Category category, std::string_view detail);
 
+// How strong the evidence behind a rule is (docs/snapshot.md, "How sure the categories are"):
+//   recorded    the snapshot names the category itself
+//   frames      a frame of the block's own stack names what made it
+//   structure   the step's structure: lifetimes across the phases (torch's annotations or the
+//               frames), a gradient matched to its parameter's size in the same step, state
+//               replaced in the optimizer step, the same place deciding in another step
+//   weak        size or lifetime alone: an exact size, or live from before the trace to the end,
+//               with no phase or frame to confirm it (also every lifetime rule in a replay that
+//               has no phases at all)
+//   none        unknown
+enum class InferenceEvidence : std::uint8_t { Recorded, Frames, Structure, Weak, None };
+
+// "recorded", "frames", "structure", "weak", "none" (ridgescope/report.h kSnapshotEvidence, in
+// this order).
+std::string_view inference_evidence_id(InferenceEvidence evidence) noexcept;
+// The evidence behind `rule`'s decisions; `phases`: the replay has phases (without any, the
+// lifetime rules rest on lifetimes alone).
+InferenceEvidence inference_rule_evidence(InferenceRule rule, bool phases) noexcept;
+
 // One reason and the bytes it decided: at the peak (the first instant live bytes reached their
 // maximum, the analysis's peak) and at the end.
 struct InferenceReason {
   InferenceRule rule = InferenceRule::Unknown;
   Category category = Category::Unknown;
   std::string text;             // the reason with its deciding frame
+  InferenceEvidence evidence = InferenceEvidence::None;
   std::uint64_t allocations = 0;
   std::uint64_t peak_bytes = 0, peak_blocks = 0, end_bytes = 0;
 };
@@ -141,8 +167,10 @@ class SnapshotInference {
   std::uint64_t peak_bytes() const;
   std::uint64_t blocks() const;
 
- private:
+  // The state the rules share (opaque here; snapshot_inference_state.h, for the rules' files).
   struct Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

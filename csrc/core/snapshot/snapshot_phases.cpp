@@ -26,8 +26,7 @@ void SnapshotPhases::emit_torch_marks_before(SnapshotEmitter& out, std::uint64_t
     const std::uint64_t t = out.time_ns(m.time_us);
     if (m.begin) {
       if (!annotated_phase_.empty()) continue;  // nested annotations: the outer one stands
-      if (!current_phase_.empty()) out.phase(false, current_phase_, t);
-      current_phase_.clear();
+      close_inferred(out, t);
       begin_step_phase(out, parse_phase_kind(m.name), t);
       annotated_phase_ = m.name;
       out.phase(true, m.name, t);
@@ -39,18 +38,53 @@ void SnapshotPhases::emit_torch_marks_before(SnapshotEmitter& out, std::uint64_t
   }
 }
 
+void SnapshotPhases::close_inferred(SnapshotEmitter& out, std::uint64_t t_ns) {
+  if (recompute_open_) out.phase(false, builtin_phase_name(PhaseKind::Recompute), t_ns);
+  recompute_open_ = false;
+  if (!current_phase_.empty()) out.phase(false, current_phase_, t_ns);
+  current_phase_.clear();
+}
+
 void SnapshotPhases::infer_phase(SnapshotEmitter& out, const SnapshotEntry& e, std::uint64_t t_ns) {
   if (!annotated_phase_.empty()) return;  // inside a phase torch's annotations mark exactly
   auto [cached, inserted] = phases_.try_emplace(e.frames);
-  if (inserted) cached->second = phase_from_frames(*e.frames);
-  const PhaseKind kind = cached->second;
+  if (inserted) cached->second = FramesPhase{phase_from_frames(*e.frames), from_main_thread(*e.frames)};
+  const PhaseKind kind = cached->second.kind;
+  const std::string_view recompute = builtin_phase_name(PhaseKind::Recompute);
+  if (kind == PhaseKind::Other) {
+    if (cached->second.main_thread) {
+      close_inferred(out, t_ns);  // the user's own code between phases: the batch, the loss
+    } else if (recompute_open_ && e.frames->empty()) {
+      // No frames at all inside a recomputation: autograd's thread running C++ nodes again (a
+      // snapshot recorded with Python stacks only), so the backward goes on.
+      out.phase(false, recompute, t_ns);
+      recompute_open_ = false;
+    }
+    return;
+  }
   const std::string_view p = builtin_phase_name(kind);
-  if (kind == PhaseKind::Other || p == current_phase_) return;
-  if (!current_phase_.empty()) out.phase(false, current_phase_, t_ns);
+  if (current_phase_ == builtin_phase_name(PhaseKind::Backward) && (kind == PhaseKind::Recompute || kind == PhaseKind::Backward)) {
+    // A recomputation runs inside the backward, which stays open around it.
+    if (kind == PhaseKind::Recompute && !recompute_open_) out.phase(true, recompute, t_ns);
+    if (kind == PhaseKind::Backward && recompute_open_) out.phase(false, recompute, t_ns);
+    recompute_open_ = kind == PhaseKind::Recompute;
+    inferred_phases_ = true;
+    return;
+  }
+  if (p == current_phase_) return;
+  close_inferred(out, t_ns);
   begin_step_phase(out, kind, t_ns);
   current_phase_ = std::string(p);
   out.phase(true, current_phase_, t_ns);
   inferred_phases_ = true;
+}
+
+void SnapshotPhases::infer_phase_at_free(SnapshotEmitter& out, const SnapshotEntry& e,
+                                         const SnapshotFrames* alloc_frames, std::uint64_t t_ns) {
+  if (!annotated_phase_.empty() || current_phase_.empty() || e.frames->empty() || e.frames == alloc_frames) return;
+  auto [cached, inserted] = phases_.try_emplace(e.frames);
+  if (inserted) cached->second = FramesPhase{phase_from_frames(*e.frames), from_main_thread(*e.frames)};
+  if (cached->second.kind == PhaseKind::Other && cached->second.main_thread) close_inferred(out, t_ns);
 }
 
 void SnapshotPhases::begin_step_phase(SnapshotEmitter& out, PhaseKind kind, std::uint64_t t_ns) {
@@ -65,7 +99,7 @@ void SnapshotPhases::finish(SnapshotEmitter& out, std::uint64_t t_ns) {
   emit_marks_through(out, UINT64_MAX);
   if (!doc_.ours) emit_torch_marks_before(out, UINT64_MAX);
   if (!annotated_phase_.empty()) out.phase(false, annotated_phase_, t_ns);
-  if (!current_phase_.empty()) out.phase(false, current_phase_, t_ns);
+  close_inferred(out, t_ns);
 }
 
 }  // namespace ridgescope::detail

@@ -15,9 +15,13 @@
 
 namespace ridgescope::detail {
 
-SnapshotImport replay_snapshot_device(const PickleValue& root, int protocol, std::uint64_t file_bytes,
-                                      const SnapshotReadOptions& options, Recorder& rec, std::uint64_t* peak_bytes) {
-  const SnapshotDocument doc(root, file_bytes, options);
+std::unique_ptr<SnapshotDocument> read_snapshot_device(const PickleValue& root, std::uint64_t file_bytes,
+                                                       const SnapshotReadOptions& options) {
+  return std::make_unique<SnapshotDocument>(root, file_bytes, options);
+}
+
+SnapshotImport replay_snapshot_document(const SnapshotDocument& doc, int protocol, const SnapshotReadOptions& options,
+                                        Recorder& rec, std::uint64_t* peak_bytes) {
   const SnapshotStartState start = prescan_start_state(doc);
   std::unique_ptr<SnapshotInference> inference;  // PyTorch's snapshots record no categories
   if (!doc.ours) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "ridgescope/report.h"
 #include "snapshot_inference.h"
 
 namespace ridgescope::detail {
@@ -15,7 +16,7 @@ struct RuleText {
   std::string_view reason;
 };
 
-constexpr std::array<RuleText, 22> kRules = {{
+constexpr std::array<RuleText, 24> kRules = {{
     {InferenceRule::Recorded, "recorded", "recorded in the snapshot (its 'category' key)"},
     {InferenceRule::UserRule, "user_rule", "a user rule matched a frame"},
     {InferenceRule::WorkspaceFrames, "workspace_frames", "allocated by a library's workspace function"},
@@ -24,6 +25,8 @@ constexpr std::array<RuleText, 22> kRules = {{
     {InferenceRule::ParameterFrames, "parameter_frames",
      "allocated where weights are made, loaded or moved to the device"},
     {InferenceRule::DataLoader, "data_loader", "allocated under torch/utils/data (the data loader)"},
+    {InferenceRule::CommFrames, "comm_frames",
+     "made by DDP's reducer and kept past the phase it was made in (its gradient buckets)"},
     {InferenceRule::GradientKept, "gradient_kept", "made in backward and still live when it ended"},
     {InferenceRule::OptimizerStateKept, "optimizer_state_kept",
      "made in the optimizer step and still live when it ended"},
@@ -32,6 +35,9 @@ constexpr std::array<RuleText, 22> kRules = {{
     {InferenceRule::OptimizerStateReplaced, "optimizer_state_replaced",
      "live before the first forward, freed in an optimizer step that made a block of the same size and "
      "kept it (state replaced every step)"},
+    {InferenceRule::CommBufferReplaced, "comm_buffer_replaced",
+     "live before the first forward and freed where DDP's reducer made buckets of the same total size "
+     "(its buckets rebuilt)"},
     {InferenceRule::GradientZeroGrad, "gradient_zero_grad",
      "live before the first forward and freed by zero_grad (a .grad set to None)"},
     {InferenceRule::WorkspaceSize, "workspace_size",
@@ -75,6 +81,8 @@ std::string inference_reason_text(InferenceRule rule, Category category, std::st
     case InferenceRule::ParameterFrames:
       return "allocated under " + std::string(detail) + " (weights made, loaded or moved to the device)";
     case InferenceRule::DataLoader: return "allocated under " + std::string(detail) + " (the data loader)";
+    case InferenceRule::CommFrames:
+      return "allocated under " + std::string(detail) + " and kept past its phase (DDP's gradient buckets)";
     case InferenceRule::ForwardFrames:
       return "older than the trace, made inside an nn.Module call and live when the snapshot was taken: " +
              std::string(detail);
@@ -90,6 +98,42 @@ std::string inference_reason_text(InferenceRule rule, Category category, std::st
              (detail.empty() ? std::string() : ": " + std::string(detail));
     default: return std::string(rule_text(rule).reason);
   }
+}
+
+std::string_view inference_evidence_id(InferenceEvidence evidence) noexcept {
+  const auto i = static_cast<std::size_t>(evidence);
+  return i < kSnapshotEvidence.size() ? kSnapshotEvidence[i] : kSnapshotEvidence.back();
+}
+
+InferenceEvidence inference_rule_evidence(InferenceRule rule, bool phases) noexcept {
+  using R = InferenceRule;
+  switch (rule) {
+    case R::Recorded: return InferenceEvidence::Recorded;
+    case R::UserRule:
+    case R::WorkspaceFrames:
+    case R::OptimizerInitGroup:
+    case R::AccumulateGrad:
+    case R::ParameterFrames:
+    case R::DataLoader:
+    case R::CommFrames: return InferenceEvidence::Frames;
+    case R::ParameterMatchedGradient:
+    case R::OptimizerStateReplaced:
+    case R::CommBufferReplaced:
+    case R::GradientZeroGrad:
+    case R::RepeatedStep: return InferenceEvidence::Structure;
+    case R::GradientKept:
+    case R::OptimizerStateKept:
+    case R::Temporary:
+    case R::Activation:
+    case R::ForwardOutput:
+    case R::InputBeforeForward: return phases ? InferenceEvidence::Structure : InferenceEvidence::Weak;
+    case R::WorkspaceSize:
+    case R::WeightsByLifetime:
+    case R::ForwardFrames:
+    case R::ParameterShapedState: return InferenceEvidence::Weak;
+    case R::Unknown: break;
+  }
+  return InferenceEvidence::None;
 }
 
 std::string_view inference_rule_id(InferenceRule rule) noexcept { return rule_text(rule).id; }

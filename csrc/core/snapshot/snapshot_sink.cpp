@@ -100,8 +100,9 @@ std::vector<SnapshotReason> SnapshotSink::reasons() const {
   std::vector<SnapshotReason> out;
   if (!inference_) return out;
   for (const InferenceReason& r : inference_->reasons()) {
-    out.push_back({std::string(inference_rule_id(r.rule)), r.category, r.text, r.allocations, r.peak_bytes,
-                   r.peak_blocks, r.end_bytes});
+    out.push_back({std::string(inference_rule_id(r.rule)), r.category, r.text,
+                   std::string(inference_evidence_id(r.evidence)), r.allocations, r.peak_bytes, r.peak_blocks,
+                   r.end_bytes});
   }
   return out;
 }

@@ -3,8 +3,8 @@
 // categories: its events are buffered and fed to SnapshotInference (snapshot_inference.h) as
 // they come, and written once the inference has seen them all, each allocation followed by the
 // category it decided (a strong tag, flagged inferred unless the snapshot named it) and a
-// label naming where the block was made and the deciding rule ("activation in train.py:42 main
-// > model.py:88 forward [activation]").
+// label naming where the block was made and the deciding rule ("activation in train.py:42 in main
+// > model.py:88 in forward [activation]").
 //
 // Thread-safety: none; one sink per replay.
 #pragma once

@@ -16,7 +16,7 @@
 namespace ridgescope::detail {
 
 // The site of a snapshot stack (an index into `frames`, innermost first; frames.size() for
-// none): the innermost Python frame of the user's code (outside torch and installed packages),
+// none): the innermost Python frame of the user's code (not library code: library_files.h),
 // else the innermost autograd node (a frame ridgescope exported, or torch's C++ frame
 // `torch::autograd::generated::MmBackward0::apply` of backward) or ridgescope's exported marker
 // ("allocated before tracking started"), else none. ridgescope's own pseudo frame

@@ -27,13 +27,13 @@ SnapshotStartState prescan_start_state(const SnapshotDocument& doc) {
           SnapshotBlock sb;
           sb.addr = e.addr;
           sb.requested = e.size;
-          sb.bytes = e.block_size.value_or(doc.rounded_block_bytes(e.size));
-          sb.category = e.category;
+          sb.bytes = e.block_size().value_or(doc.rounded_block_bytes(e.size));
+          sb.category = e.category();
           sb.frames = e.frames;
           sb.frames_from_free = true;
-          sb.label = e.label;
-          sb.module = e.module;
-          sb.category_inferred = e.category_inferred;
+          sb.label = e.label();
+          sb.module = e.module();
+          sb.category_inferred = e.category_inferred();
           start.blocks.push_back(std::move(sb));
           live[e.addr] = kStart;
         }

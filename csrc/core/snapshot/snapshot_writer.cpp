@@ -18,6 +18,7 @@
 #include "peak_sites.h"
 #include "pickle_writer.h"
 #include "ridgescope/analysis.h"
+#include "ridgescope/external_alloc.h"
 #include "ridgescope/snapshot.h"
 #include "ridgescope/trace_reader.h"
 
@@ -29,6 +30,11 @@ using detail::PickleWriter;
 constexpr std::uint64_t kSmallSegmentBytes = 1ull << 20;  // torch's small pool: blocks <= 1 MiB
 constexpr std::size_t kFlushBytes = 1u << 20;
 constexpr std::string_view kStepAnnotation = "ridgescope.step";
+// Device memory allocated outside PyTorch (external_alloc events): exported as segments and
+// blocks of their own, with this category so that memory_viz draws them in their own colour,
+// and marked with kOutsideKey so that ridgescope's reader leaves them out of PyTorch's memory.
+constexpr std::string_view kOutsideCategory = "non_pytorch";
+constexpr std::string_view kOutsideKey = "ridgescope_outside_pytorch";
 
 // The file being written: streams the writer's buffer out in pieces.
 class Output {
@@ -67,7 +73,12 @@ struct LiveInfo {
   bool inferred = false;
   std::string label, phase, module;
   std::uint32_t stack_id = 0;  // where it was made (the trace's stack), 0: none
+  bool outside = false;        // allocated outside PyTorch (label: the library and the API)
 };
+
+std::string_view category_text(const LiveInfo& b) {
+  return b.outside ? kOutsideCategory : category_name(b.category);
+}
 
 struct Annotation {
   std::string name, stage;
@@ -85,6 +96,7 @@ struct SegmentOut {
     const LiveInfo* live = nullptr;  // null: an inactive (free) block
   };
   std::vector<BlockOut> blocks;
+  bool outside = false;  // memory allocated outside PyTorch (non_pytorch)
 };
 
 int export_index(Device d) { return d.type == DeviceType::CPU ? 0 : d.index; }
@@ -130,7 +142,7 @@ void write_pseudo_frames(PickleWriter& w, const TraceReader& reader, const LiveI
   w.begin_dict();
   w.key("filename").str("ridgescope");
   w.key("line").integer(0);
-  std::string name(category_name(b.category));
+  std::string name(category_text(b));
   if (b.inferred) name += " (inferred)";
   if (!b.label.empty()) name += ": " + b.label;
   name += " [phase " + b.phase + ", step " + std::to_string(b.step);
@@ -185,6 +197,10 @@ class DevicePass {
         case EventKind::Oom:
           if (e.device == device_) on_oom(e);
           break;
+        case EventKind::ExternalAlloc:
+        case EventKind::ExternalFree:
+          if (e.device == device_) on_external(e);
+          break;
         case EventKind::Tag:
           if (e.device == device_) on_tag(e);
           break;
@@ -208,6 +224,15 @@ class DevicePass {
 
   std::vector<SegmentOut> end_segments() const {
     std::vector<SegmentOut> out;
+    for (const auto& [addr, b] : outside_) {  // memory outside PyTorch: one segment each
+      SegmentOut s;
+      s.device = index_;
+      s.address = addr;
+      s.total_size = b.bytes;
+      s.outside = true;
+      s.blocks.push_back({addr, b.bytes, b.requested, &b});
+      out.push_back(std::move(s));
+    }
     std::vector<std::pair<std::uint64_t, const LiveInfo*>> blocks;
     for (const auto& [addr, b] : live_) blocks.emplace_back(addr, &b);
     std::sort(blocks.begin(), blocks.end());
@@ -257,8 +282,9 @@ class DevicePass {
     w_.key("stream").unsigned_integer(stream);
     w_.key("time_us").unsigned_integer(time_us_);
   }
-  void end_entry(Category c) {
-    w_.key("category").str(category_name(c));
+  void end_entry(Category c) { end_entry(category_name(c)); }
+  void end_entry(std::string_view category) {
+    w_.key("category").str(category);
     w_.end_dict();
     ++entries_;
     ++stats_.trace_entries;
@@ -274,7 +300,8 @@ class DevicePass {
     write_pseudo_frames(w_, reader_, b);
     write_user_metadata(w_, reader_, b);
     if (action == "alloc") w_.key("block_size").unsigned_integer(b.bytes);
-    end_entry(b.category);
+    if (b.outside) w_.key(kOutsideKey).boolean(true);
+    end_entry(category_text(b));
   }
 
   void write_segment_entry(std::string_view action, std::uint64_t addr, std::uint64_t bytes, Category c,
@@ -339,6 +366,45 @@ class DevicePass {
     write_pseudo_frames(w_, reader_, b);
     write_user_metadata(w_, reader_, b);
     end_entry(b.category);
+  }
+
+  // Memory outside PyTorch: a segment of its own holding one block, both in the non_pytorch
+  // category, from its external_alloc to its external_free.
+  void on_external(const Event& e) {
+    if (e.kind == EventKind::ExternalAlloc) {
+      if (outside_.contains(e.addr)) close_external(e.addr, e.stream);
+      LiveInfo b;
+      b.bytes = b.requested = e.bytes;
+      b.step = step_;
+      b.phase = current_phase();
+      b.outside = true;
+      const std::string_view library = reader_.string(e.string_id);
+      b.label = (library.empty() ? std::string("unknown") : std::string(library)) + " (" +
+                std::string(external_api_name(external_api_from_byte(e.flags))) + ")";
+      b.stack_id = e.stack_id;
+      auto [it, inserted] = outside_.insert_or_assign(e.addr, std::move(b));
+      (void)inserted;
+      write_outside_segment_entry("segment_alloc", e.addr, it->second, e.stream);
+      write_block_entry("alloc", e.addr, it->second, e.stream);
+      ++stats_.outside_allocations;
+    } else {
+      close_external(e.addr, e.stream);
+    }
+  }
+  void close_external(std::uint64_t addr, std::uint64_t stream) {
+    auto it = outside_.find(addr);
+    if (it == outside_.end()) return;
+    write_block_entry("free_requested", addr, it->second, stream);
+    write_block_entry("free_completed", addr, it->second, stream);
+    write_outside_segment_entry("segment_free", addr, it->second, stream);
+    outside_.erase(it);
+  }
+  void write_outside_segment_entry(std::string_view action, std::uint64_t addr, const LiveInfo& b,
+                                   std::uint64_t stream) {
+    begin_entry(action, addr, b.bytes, stream);
+    w_.key("frames").begin_list().end_list();
+    w_.key(kOutsideKey).boolean(true);
+    end_entry(kOutsideCategory);
   }
 
   void on_segment(const Event& e, bool alloc) {
@@ -412,6 +478,7 @@ class DevicePass {
   std::uint64_t live_bytes_ = 0;
   std::vector<std::uint32_t> phase_stack_;
   absl::flat_hash_map<std::uint64_t, LiveInfo> live_;
+  std::map<std::uint64_t, LiveInfo> outside_;  // memory outside PyTorch, by address
   std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> segments_;  // addr -> (bytes, stream)
   std::vector<Annotation> annotations_;
   std::map<std::string, std::string> metadata_;
@@ -435,6 +502,7 @@ void write_segment(PickleWriter& w, const TraceReader& reader, const SegmentOut&
   w.key("segment_type").str(s.total_size <= kSmallSegmentBytes ? "small" : "large");
   w.key("segment_pool_id").begin_tuple().integer(0).integer(0).end_tuple();
   w.key("is_expandable").boolean(false);
+  if (s.outside) w.key(kOutsideKey).boolean(true);
   w.key("frames").begin_list().end_list();
   w.key("blocks").begin_list();
   for (const auto& b : s.blocks) {
@@ -446,7 +514,7 @@ void write_segment(PickleWriter& w, const TraceReader& reader, const SegmentOut&
     w.key("frames");
     if (b.live != nullptr) {
       write_pseudo_frames(w, reader, *b.live);
-      w.key("category").str(category_name(b.live->category));
+      w.key("category").str(category_text(*b.live));
     } else {
       w.begin_list().end_list();
     }

@@ -17,6 +17,8 @@ std::string_view event_kind_name(EventKind kind) noexcept {
     case EventKind::Sample: return "sample";
     case EventKind::String: return "string";
     case EventKind::Metadata: return "metadata";
+    case EventKind::ExternalAlloc: return "external_alloc";
+    case EventKind::ExternalFree: return "external_free";
     case EventKind::Frame: return "frame";
     case EventKind::Stack: return "stack";
     case EventKind::Mark: return "mark";
@@ -26,6 +28,7 @@ std::string_view event_kind_name(EventKind kind) noexcept {
     case EventKind::CheckpointSegment: return "checkpoint_segment";
     case EventKind::CheckpointBlock: return "checkpoint_block";
     case EventKind::Resolve: return "resolve";
+    case EventKind::CheckpointExternal: return "checkpoint_external";
   }
   return "unknown_kind";
 }

@@ -1,4 +1,4 @@
-// flight_codec.cpp — the records of the flight recorder (format version 4, kinds 66-71:
+// flight_codec.cpp — the records of the flight recorder (format version 4, kinds 66-72:
 // docs/trace_format.md "The flight recorder"; ridgescope/flight_records.h). All untimed: a
 // time_base record sets the time chain of the records after it, the others carry their times
 // as fields.
@@ -96,6 +96,18 @@ void encode_checkpoint_segment(Device device, std::uint64_t addr, std::uint64_t 
   append(EventKind::CheckpointSegment, p, out);
 }
 
+void encode_checkpoint_external(const Event& e, std::string& out) {
+  std::string& p = payload();
+  put_device(p, e.device);
+  put_varint(p, e.addr);
+  put_varint(p, e.bytes);
+  put_varint(p, e.flags);      // the API
+  put_varint(p, e.string_id);  // the library
+  put_varint(p, e.thread);
+  put_varint(p, e.stack_id);
+  append(EventKind::CheckpointExternal, p, out);
+}
+
 void encode_checkpoint_block(const CheckpointBlock& b, std::string& out) {
   std::string& p = payload();
   put_device(p, b.device);
@@ -132,7 +144,7 @@ void encode_resolve(Device device, std::uint64_t addr, Category category, std::u
 
 bool is_flight_kind(std::uint8_t kind, std::uint32_t version) {
   return version >= trace_format::kFirstFlightVersion && kind >= static_cast<std::uint8_t>(EventKind::TimeBase) &&
-         kind <= static_cast<std::uint8_t>(EventKind::Resolve);
+         kind <= static_cast<std::uint8_t>(EventKind::CheckpointExternal);
 }
 
 bool decode_flight_record(std::uint8_t kind, std::string_view body, CodecClock& clock, Event* e,
@@ -210,6 +222,9 @@ bool decode_flight_record(std::uint8_t kind, std::string_view body, CodecClock& 
       e->bytes = b.bytes;
       return true;
     }
+    case EventKind::CheckpointExternal:
+      return r.device(&e->device) && r.u64(&e->addr) && r.u64(&e->bytes) && r.u8(&e->flags) &&
+             r.u32(&e->string_id) && r.u32(&e->thread) && r.u32(&e->stack_id);
     case EventKind::Resolve:
       return r.device(&e->device) && r.u64(&e->addr) && category(r, &e->category) && r.u8(&e->flags) &&
              r.u32(&e->string_id);

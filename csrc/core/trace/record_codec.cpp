@@ -16,7 +16,7 @@ std::int64_t unzigzag(std::uint64_t v) {
 
 // A timed record built in a stack buffer: the kind byte, the payload's length, then the payload.
 // Every field is a varint, so the largest payload (an alloc: time delta, device, four 64-bit
-// fields, thread, module context) is 64 bytes, and its length always fits one varint byte.
+// fields, thread, module context, stack) is 69 bytes, and its length always fits one varint byte.
 class TimedPayload {
  public:
   static constexpr std::size_t kMax = 96;  // payload bytes
@@ -128,6 +128,22 @@ void encode_record(const Event& e, CodecClock& clock, std::string& out) {
       p.varint(e.string_id);
       p.varint(e.thread);
       break;
+    case EventKind::ExternalAlloc:
+      p.device(e.device);
+      p.varint(e.addr);
+      p.varint(e.bytes);
+      p.varint(e.flags);      // the API
+      p.varint(e.string_id);  // the library
+      p.varint(e.thread);
+      if (e.stack_id != 0) p.varint(e.stack_id);  // trailing and optional
+      break;
+    case EventKind::ExternalFree:
+      p.device(e.device);
+      p.varint(e.addr);
+      p.varint(e.bytes);
+      p.varint(e.flags);
+      p.varint(e.thread);
+      break;
     case EventKind::String:
     case EventKind::Metadata:
     case EventKind::Frame:
@@ -187,10 +203,14 @@ DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock&
     *out = e;
     return DecodeStatus::Ok;
   }
-  // Kind 15 (mark) exists from trace_format::kFirstFlightVersion on; before, it is unknown.
+  // Kinds 13 and 14 exist from trace_format::kFirstExternalVersion on, kind 15 (mark) from
+  // trace_format::kFirstFlightVersion on; before, they are unknown.
+  const bool external_kind = version >= trace_format::kFirstExternalVersion &&
+                             (kind_byte == static_cast<std::uint8_t>(EventKind::ExternalAlloc) ||
+                              kind_byte == static_cast<std::uint8_t>(EventKind::ExternalFree));
   const bool mark_kind = version >= trace_format::kFirstFlightVersion &&
                          kind_byte == static_cast<std::uint8_t>(EventKind::Mark);
-  if (!definition_kind && !mark_kind &&
+  if (!definition_kind && !external_kind && !mark_kind &&
       (kind_byte < 1 || kind_byte > static_cast<std::uint8_t>(EventKind::Metadata))) {
     // Forward compatibility: kinds below 64 (but String and Metadata) begin with the time delta,
     // so a reader that skips one still keeps the clock right.
@@ -271,6 +291,13 @@ DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock&
       break;
     case EventKind::Mark:
       ok = r.u32(&e.string_id) && r.u32(&e.thread);
+      break;
+    case EventKind::ExternalAlloc:
+      ok = r.device(&e.device) && r.u64(&e.addr) && r.u64(&e.bytes) && r.u8(&e.flags) &&
+           r.u32(&e.string_id) && r.u32(&e.thread) && (r.rest().empty() || r.u32(&e.stack_id));
+      break;
+    case EventKind::ExternalFree:
+      ok = r.device(&e.device) && r.u64(&e.addr) && r.u64(&e.bytes) && r.u8(&e.flags) && r.u32(&e.thread);
       break;
     case EventKind::String:
     case EventKind::Metadata:

@@ -33,6 +33,8 @@ void encode_step_summary(const StepSummary& s, std::string& out);
 void encode_checkpoint(const Checkpoint& c, std::string& out);
 void encode_checkpoint_segment(Device device, std::uint64_t addr, std::uint64_t bytes, std::string& out);
 void encode_checkpoint_block(const CheckpointBlock& b, std::string& out);
+// An external_alloc live at a checkpoint, restated with all its fields (kind CheckpointExternal).
+void encode_checkpoint_external(const Event& e, std::string& out);
 void encode_resolve(Device device, std::uint64_t addr, Category category, std::uint8_t flags,
                     std::uint32_t label_id, std::string& out);
 
@@ -57,7 +59,8 @@ struct Definition {
 //
 // Decodes the record at *pos of a chunk payload and advances *pos past it, as format `version`
 // lays it out (version 1 has no frame or stack kinds, and no stack id in alloc records: there
-// they are unknown kinds and ignored trailing bytes). UnknownKind records (from a newer writer)
+// they are unknown kinds and ignored trailing bytes; before version 3 kinds 13 and 14, the
+// external allocations, are unknown timed kinds). UnknownKind records (from a newer writer)
 // are skipped whole; Malformed means the payload is inconsistent. A frame or stack record's
 // content goes to *definition when it is not null, a summary's or checkpoint's to *flight. A
 // time_base record (version 4) sets the clock and decodes as an Event of kind TimeBase.
@@ -65,9 +68,9 @@ DecodeStatus decode_record(std::string_view payload, std::size_t* pos, CodecCloc
                            Event* out, std::uint32_t version = trace_format::kVersion,
                            Definition* definition = nullptr, FlightPayload* flight = nullptr);
 
-// Whether `kind` is one of the flight recorder's untimed kinds (66-71) in format `version`.
+// Whether `kind` is one of the flight recorder's untimed kinds (66-72) in format `version`.
 bool is_flight_kind(std::uint8_t kind, std::uint32_t version);
-// Decodes the payload of a flight record of untimed kind `kind` (66-71) into *e (and *flight).
+// Decodes the payload of a flight record of untimed kind `kind` (66-72) into *e (and *flight).
 bool decode_flight_record(std::uint8_t kind, std::string_view payload, CodecClock& clock, Event* e,
                           FlightPayload* flight);
 

@@ -199,13 +199,13 @@ class _DryNative:
         if addr is not None:
             self._event("tag", addr=addr, category=category, string_id=label, weak=weak)
 
-    def register(self, tensor: Any, category: str, label: int = 0) -> int:
+    def register(self, tensor: Any, category: str, label: int = 0, weak: bool = False) -> int:
         if not isinstance(tensor, torch.Tensor) or not _on_target(tensor):
             return 0
         st = tensor.untyped_storage()
         if not self.known(st):
             self.on_storage(st)
-        self.tag(tensor, category, label, False)
+        self.tag(tensor, category, label, weak)
         return int(st.nbytes())
 
     def pack_saved(self, tensor: Any) -> Any:

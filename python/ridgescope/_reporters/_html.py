@@ -29,7 +29,8 @@ _PLACEHOLDER = re.compile(r"\{\{([A-Z]+)\}\}")
 # A page's script: these modules of _html_assets/, in order, inside one function (one scope, no
 # globals). common.js holds what both pages draw alike (category colours, byte formatting).
 REPORT_SCRIPTS = ("common.js", "report_base.js", "report_cards.js", "report_tables.js",
-                  "report_chart.js", "report_sites.js", "report_glance.js", "report_main.js")
+                  "report_chart.js", "report_sites.js", "report_ledgers.js", "report_glance.js",
+                  "report_main.js")
 # Steps of the run at a glance a page embeds: a longer run is cut to the step with the highest
 # peak of each of this many equal runs of steps, and every step that stands out.
 HTML_MAX_GLANCE_ROWS = 2000
@@ -114,11 +115,15 @@ def render_page(title: str, body: str, styles: tuple[str, ...], scripts: tuple[s
     return _PLACEHOLDER.sub(lambda m: parts[m.group(1)], _asset("page.html"))
 
 
-def render_html(data: dict[str, Any]) -> str:
-    """The HTML page of a report (``Report.to_dict()``), as text."""
+def render_html(data: dict[str, Any], library_frames: bool = False) -> str:
+    """The HTML page of a report (``Report.to_dict()``), as text; ``library_frames``: the flame
+    graph opens with library frames shown (its checkbox toggles them)."""
     trace = data.get("trace", {}).get("path", "")
+    shown = page_data(data)
+    if library_frames:
+        shown = {**shown, "html_view": {"library_frames": True}}
     return render_page(f"ridgescope report: {os.path.basename(trace) or 'run'}", "report.html",
-                       ("report.css",), REPORT_SCRIPTS, page_data(data))
+                       ("report.css",), REPORT_SCRIPTS, shown)
 
 
 def write_html(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:

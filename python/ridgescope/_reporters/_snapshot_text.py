@@ -42,9 +42,34 @@ def reason_lines(d: dict[str, Any]) -> list[str]:
     out = ["Why (the rule that decided each byte at the peak; docs/snapshot.md lists them):"]
     for r in reasons[:MAX_REASONS]:
         out.append(f"  {r['category']:<16} {format_bytes(r['peak_bytes']):>10}  {r['reason']}  "
-                   f"[{r['rule']}, {r['peak_blocks']} block(s)]")
+                   f"[{r['rule']}, {r.get('evidence', 'none')}, {r['peak_blocks']} block(s)]")
     if len(reasons) > MAX_REASONS:
         rest = sum(r["peak_bytes"] for r in reasons[MAX_REASONS:])
         out.append(f"  ... {len(reasons) - MAX_REASONS} more reason(s) holding {format_bytes(rest)} "
                    "(the JSON report's snapshot.reasons lists all)")
     return out
+
+
+def inferred_note(d: dict[str, Any], category: str, inferred: int) -> str:
+    """What follows a category's bytes in the peak's composition: how much was inferred and, of
+    it, what size or lifetime alone decided (the weaker rules)."""
+    if not inferred:
+        return ""
+    conf = (d.get("snapshot") or {}).get("confidence")
+    weak = conf["peak_by_evidence"]["weak"].get(category, 0) if conf else 0
+    if not weak:
+        return f"  ({format_bytes(inferred)} inferred)"
+    return f"  ({format_bytes(inferred)} inferred, {format_bytes(weak)} of it by size or lifetime alone)"
+
+
+def confidence_lines(d: dict[str, Any]) -> list[str]:
+    """How the peak's bytes were decided, strongest evidence first (snapshot.confidence)."""
+    conf = (d.get("snapshot") or {}).get("confidence")
+    total = d["peak"]["bytes"]
+    if not conf or not total:
+        return []
+    text = conf["evidence_text"]
+    parts = [f"{100 * n / total:.1f}% {text[k]}" for k, n in conf["peak_bytes_by_evidence"].items()
+             if n > 0]
+    return [f"  how the peak's bytes were decided: {', '.join(parts)} (size or lifetime alone are the weaker "
+            "rules; docs/snapshot.md)"]

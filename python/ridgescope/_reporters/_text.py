@@ -5,7 +5,8 @@ from typing import Any
 
 from .. import _C
 from .._format import format_bytes, format_count
-from ._snapshot_text import device_summary, reason_lines
+from ._ledgers_text import device_ledger_lines, ledger_lines
+from ._snapshot_text import confidence_lines, device_summary, inferred_note, reason_lines
 from ._distributed_text import text_lines as distributed_text_lines
 from ._glance_text import glance_lines
 
@@ -41,6 +42,27 @@ def _model_lines(d: dict[str, Any]) -> list[str]:
         mea = f"{per['measured']:.2f}" if per.get("measured") is not None else "not measured (no optimizer step)"
         lines.append(f"Persistent bytes per trainable parameter (parameters + gradients + optimizer "
                      f"state): expected {exp}, measured {mea}")
+    return lines
+
+
+def _models_lines(d: dict[str, Any]) -> list[str]:
+    """Every model the run held (docs/report_schema.md, model.models), when there is more than
+    the tracked one: its bytes at the peak, whether it trains, where it came from."""
+    models = d["model"].get("models") or []
+    if len(models) < 2:
+        return []
+    width = min(32, max(len(m["name"]) for m in models))
+    lines = [f"Models: {len(models)}, with their parameters (and buffers) live at the peak:"]
+    for m in models:
+        at = m["at_peak"]
+        notes = [m["class"] or "?", "trainable" if m["trainable"] else "frozen"]
+        if m.get("copy_of"):
+            notes.append(f"a copy of {m['copy_of']}'s parameters")
+        if m.get("created_at"):
+            notes.append(f"made at {m['created_at']}")
+        buffers = f" + buffers {format_bytes(at['buffer_bytes'])}" if at["buffer_bytes"] else ""
+        lines.append(f"  {m['name']:<{width}}  {format_bytes(at['parameter_bytes']):>10}{buffers}  "
+                     f"{format_count(m['parameters'])} parameters ({', '.join(notes)})")
     return lines
 
 
@@ -139,6 +161,10 @@ def render_explain(d: dict[str, Any], request: int | None = None) -> str:
     if retained:
         out.append("")
         out.extend(retained)
+    ledger = device_ledger_lines(d)
+    if ledger:
+        out.append("")
+        out.extend(ledger[:-1])
     if request is not None:
         out.append("")
         out.extend(render_free_space(d, request))
@@ -197,6 +223,7 @@ def _header_and_peak_lines(d: dict[str, Any]) -> list[str]:
     if dist_lines:
         out.extend(dist_lines + [""])
     out.extend(_model_lines(d))
+    out.extend(_models_lines(d))
     if d["model"].get("parameters") is not None or d["optimizer"].get("type"):
         out.append("")
 
@@ -208,47 +235,40 @@ def _header_and_peak_lines(d: dict[str, Any]) -> list[str]:
         if value == 0:
             continue
         inferred = p["inferred_by_category"].get(name, 0)
-        how = "inferred" if snap else "inferred from lifetimes"  # a snapshot's: by the rules below
-        note = f"  ({format_bytes(inferred)} {how})" if inferred else ""
+        if snap:  # a snapshot's: by the rules below, the weaker ones' share named
+            note = inferred_note(d, name, inferred)
+        else:
+            note = f"  ({format_bytes(inferred)} inferred from lifetimes)" if inferred else ""
         out.append(f"  {name:<16} {format_bytes(value):>10}  {100 * value / total:5.1f}%{note}")
     unknown = p["by_category"].get("unknown", 0)
     if total and unknown / total >= 0.01:
         out.append(f"  note: {100 * unknown / total:.1f}% of the peak is unattributed (unknown)")
+    out.extend(confidence_lines(d))
     out.extend([""] + reason_lines(d) if reason_lines(d) else [])
     out.append("")
     return out
 
 
 def frame_text(f: dict[str, Any]) -> str:
-    """A report frame as a person reads it: "train.py:10 in main", "MmBackward0 of fc1"."""
-    if f["kind"] == "python":
-        return f"{f['file']}:{f['line']} in {f['function']}"
-    if f["kind"] == "autograd":
-        return f"{f['function']} of {f['module']}" if f.get("module") else f["function"]
-    if f["kind"] == "native":
-        return f"{f['function']} ({f['file'].rsplit('/', 1)[-1]})" if f.get("file") else f["function"]
-    return f["function"]
-
-
-def _library(f: dict[str, Any]) -> bool:
-    """A frame of torch or of an installed package, not the user's code."""
-    path = f["file"].replace("\\", "/")
-    return "/site-packages/" in path or "/dist-packages/" in path or "/torch/" in path \
-        or path.startswith("torch/")
+    """A report frame as a person reads it, with its whole path: the core's spelling
+    (``frames[].location``: "/home/me/train.py:10 in main", "MmBackward0 of fc1")."""
+    return f["location"]
 
 
 def user_callers(frames: list[dict[str, Any]], site: int | None) -> list[dict[str, Any]]:
-    """The frames of a stack outside its site that a person reads: the user's Python frames
-    and autograd nodes, innermost first (torch's, installed packages' and native frames left
-    out)."""
+    """The frames of a stack outside its site that a person reads, innermost first: those the
+    core did not mark library code (``frames[].library``: torch's, the standard library's and
+    native frames are), less markers."""
     outer = frames[site + 1:] if site is not None else frames
-    return [f for f in outer if f["kind"] == "autograd" or (f["kind"] == "python" and not _library(f))]
+    return [f for f in outer if not f["library"] and f["kind"] != "untracked"]
 
 
-def render_stacks(d: dict[str, Any], max_stacks: int = 20, max_frames: int = 8) -> list[str]:
+def render_stacks(d: dict[str, Any], max_stacks: int = 20, max_frames: int = 8,
+                  library_frames: bool = False) -> list[str]:
     """The peak's live bytes by allocation stack, largest first, with their categories: the
-    site and the frames that called it (Python and autograd frames; native frames only where a
-    stack has nothing else)."""
+    site and the frames that called it. Library frames (``frames[].library``: torch's, the
+    standard library's, the interpreter's and libc's native ones) are folded away unless
+    `library_frames`, which prints every frame, innermost first, library ones marked."""
     p = d["peak"]
     rows = p.get("stacks") or []
     frames = d.get("frames") or []
@@ -269,18 +289,24 @@ def render_stacks(d: dict[str, Any], max_stacks: int = 20, max_frames: int = 8) 
                                                        else ")"))
             continue
         site = st.get("site")
+        if library_frames:
+            for k, f in enumerate(fr):
+                lead = "at" if k == 0 else "from"
+                mark = "  <- site" if k == site else ("  [library]" if f["library"] else "")
+                out.append(f"         {lead} {frame_text(f)}{mark}")
+            continue
         # The site, then the user's frames that led to it (the rest is in the JSON report).
         shown = ([fr[site]] if site is not None else []) + user_callers(fr, site)
-        if not shown:
-            shown = [f for f in fr if f["kind"] == "python"] or fr
+        if not shown:  # nothing but library code: its innermost frame
+            shown = fr[:1]
         for k, f in enumerate(shown[:max_frames]):
             lead = "at" if k == 0 else "from"
             mark = "  <- site" if k == 0 and site is not None else ""
             out.append(f"         {lead} {frame_text(f)}{mark}")
         hidden = len(fr) - min(len(shown), max_frames)
         if hidden > 0:
-            out.append(f"         ({hidden} more frame(s) of this stack, library and native ones "
-                       "included, in the JSON report: peak.stacks)")
+            out.append(f"         ({hidden} more frame(s) folded, library code included: --library-frames "
+                       "prints every one; the JSON report has them in peak.stacks)")
     if len(rows) > max_stacks:
         rest = sum(st["bytes"] for st in rows[max_stacks:])
         out.append(f"  ... {len(rows) - max_stacks} more stack(s), {format_bytes(rest)}, in the JSON "
@@ -288,16 +314,16 @@ def render_stacks(d: dict[str, Any], max_stacks: int = 20, max_frames: int = 8) 
     return out
 
 
-def render_grouped(d: dict[str, Any], by: str, limit: int = 20) -> str:
+def render_grouped(d: dict[str, Any], by: str, limit: int = 20, library_frames: bool = False) -> str:
     """The report's opening, then the peak's live bytes grouped by allocation `site` or `stack`
-    (ridgescope report --group-by)."""
+    (ridgescope report --group-by; `library_frames`: every frame of each stack, --library-frames)."""
     out = _header_and_peak_lines(d)
     if by == "site":
         lines = render_sites(d["peak"], max_sites=limit)
         out.extend(lines or ["No allocation sites were recorded (a trace made with stacks=None, "
                              "or a snapshot without frames)."])
     else:
-        out.extend(render_stacks(d, max_stacks=limit))
+        out.extend(render_stacks(d, max_stacks=limit, library_frames=library_frames))
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -333,6 +359,7 @@ def render_text(d: dict[str, Any], max_blocks: int = 10, max_steps: int = 6) -> 
         out.append("")
 
     out.extend(_pool_lines(d))
+    out.extend(ledger_lines(d))  # the device ledger and the host's resident set
 
     if d["ooms"]:
         cap = d.get("device_capacity_bytes")

@@ -39,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "them by allocation stack, largest first, with their categories and "
                              "the frames (docs/sites.md; for a torch snapshot, its entries' "
                              "frames). --top-blocks sets how many rows (default 20)")
+    parser.add_argument("--library-frames", action="store_true",
+                        help="show library frames (torch's, the standard library's, the "
+                             "interpreter's and libc's native ones), which are folded away by "
+                             "default: every frame of each stack with --group-by stack, and the "
+                             "HTML flame graph opened with them shown (its checkbox toggles them)")
     _device_rules.add_arguments(parser)
 
 
@@ -55,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
         from .._errors import RidgescopeError
         raise RidgescopeError(f"--group-by {args.group_by} goes with --format text; the JSON "
                               "report holds every site (peak.by_site) and stack (peak.stacks)")
+    if args.library_frames and not (args.format == "html" or args.group_by == "stack"):
+        from .._errors import RidgescopeError
+        raise RidgescopeError("--library-frames goes with --group-by stack (text) or --format html; the "
+                              "JSON report holds every frame, each with its 'library' flag")
     if args.format == "snapshot":
         if args.tensorboard is not None:
             from .._errors import RidgescopeError
@@ -70,9 +79,9 @@ def run(args: argparse.Namespace) -> int:
             if args.format == "json":
                 text = report.to_json() + "\n"
             elif args.format == "html":
-                text = report.to_html()
+                text = report.to_html(library_frames=args.library_frames)
             elif args.group_by != "category":
-                text = report.grouped(args.group_by, limit=args.top_blocks)
+                text = report.grouped(args.group_by, limit=args.top_blocks, library_frames=args.library_frames)
             else:
                 text = report.summary()
     emit(text, args.output)

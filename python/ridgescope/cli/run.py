@@ -40,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the highest peak and of the steps around each OOM, warning and "
                              "rs.mark(); 'all' keeps every step's events. Default: "
                              "$RIDGESCOPE_KEEP_STEPS, else 20")
+    parser.add_argument("--no-cupti", action="store_true",
+                        help="do not itemise device memory outside PyTorch with CUPTI (CUPTI takes "
+                             "one subscriber: use this to profile the script with torch.profiler "
+                             "or Nsight at the same time)")
+    parser.add_argument("--no-host-memory", action="store_true",
+                        help="do not read the process's resident set at phase boundaries")
     parser.add_argument("script", type=Path, help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
 
@@ -57,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         session = Session(out=args.out or Path(f"{script.stem}.rstrace"),
                           activations=not args.no_activations_hook, capacity=args.capacity,
                           stacks=None if args.stacks == "none" else args.stacks,
+                          cupti=False if args.no_cupti else None, host_memory=not args.no_host_memory,
                           keep_steps=args.keep_steps, keep_steps_default=RUN_DEFAULT)
     except ValueError as exc:
         raise RidgescopeError(str(exc).removeprefix("ridgescope.track: ")) from None

@@ -16,7 +16,9 @@ flat output per group).
 What is tagged: local shards as ``parameter`` ("layers.0.weight (shard 2048 of 4096 elements)");
 the flat all-gather buffer and the unsharded parameters as ``comm_buffer`` ("all-gather of
 layers.3"); the reduce-scatter input as ``comm_buffer`` ("reduce-scatter of layers.3"); the
-sharded gradients as ``gradient``. Optimizer state over DTensors is tagged by the ordinary
+sharded gradients as ``gradient`` (under HSDP the all-reduce runs in place on them). A buffer in
+another dtype than the shards (a MixedPrecisionPolicy's param_dtype) says so: "all-gather of
+layers.3 (bfloat16)". Optimizer state over DTensors is tagged by the ordinary
 optimizer scan through the DTensors' local tensors. The three group methods are wrapped at
 class level while a session runs, and restored after."""
 from __future__ import annotations
@@ -68,6 +70,7 @@ class Fsdp2Tracker:
         self._tagged_shards: dict[int, int] = {}   # id(FSDPParam) -> storage pointer
         self.active = False
         self._forwards = 0
+        self._shard_dtype = next((p.dtype for p in model.parameters()), None)
         names = {id(m): n for n, m in model.named_modules()}
         for m in model.modules():
             if is_fsdp2(m):
@@ -121,6 +124,8 @@ class Fsdp2Tracker:
 
     def _tag(self, tensor: Any, category: str, text: str) -> None:
         if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().nbytes() > 0:
+            if tensor.dtype != self._shard_dtype:  # cast by a MixedPrecisionPolicy
+                text += f" ({str(tensor.dtype).removeprefix('torch.')})"
             instr = self._tracking.instr
             instr._native.tag(tensor, category, instr.label(text), False)
 
@@ -190,7 +195,31 @@ class Fsdp2Tracker:
                     seen.add(ptr)
                     self._tag(local, "gradient", f"sharded gradients of {name}")
 
+    def _policies(self) -> dict[str, Any]:
+        """The first group's mixed precision, offload and mesh (fully_shard's arguments are
+        usually the same for every module)."""
+        if not self._groups:
+            return {}
+        group = self._groups[0][0]
+        d: dict[str, Any] = {}
+        mp = getattr(group, "mp_policy", None)
+        if mp is not None:
+            d["mixed_precision"] = {k: (str(v).removeprefix("torch.") if v is not None else None)
+                                    for k, v in (("param_dtype", mp.param_dtype),
+                                                 ("reduce_dtype", mp.reduce_dtype),
+                                                 ("output_dtype", mp.output_dtype))}
+        offload = getattr(group, "offload_policy", None)
+        d["cpu_offload"] = type(offload).__name__ == "CPUOffloadPolicy"
+        info = getattr(group, "mesh_info", None)
+        mesh = getattr(info, "mesh", None)
+        if mesh is not None:
+            d["mesh"] = {"shape": list(mesh.shape), "dim_names": list(mesh.mesh_dim_names or []),
+                         "hsdp": getattr(info, "replicate_mesh_dim", None) is not None
+                         and getattr(info, "shard_mesh_dim", None) is not None}
+        return d
+
     def describe(self) -> dict[str, Any]:
         return {"strategy": "fsdp2", "groups": [n for _, n in self._groups],
                 "parameters": self._params[:256], "parameter_count": len(self._params),
-                "local_shard_bytes": sum(p["local_bytes"] for p in self._params)}
+                "local_shard_bytes": sum(p["local_bytes"] for p in self._params),
+                **self._policies()}

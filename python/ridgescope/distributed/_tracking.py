@@ -17,15 +17,7 @@ from typing import Any
 import torch
 
 from ._process import process_info
-
-
-def local_tensor(t: Any) -> Any:
-    """The tensor whose storage holds ``t``'s data on this rank: a DTensor's local shard, or
-    ``t`` itself."""
-    if type(t) is torch.Tensor:
-        return t
-    inner = getattr(t, "_local_tensor", None)
-    return inner if isinstance(inner, torch.Tensor) else t
+from ._tensors import local_tensor
 
 
 class DistributedTracking:
@@ -35,6 +27,9 @@ class DistributedTracking:
         self._seen: set[int] = set()          # id(module) already examined
         self._optimizers: set[int] = set()
         self.owned: set[int] = set()          # id(tensor) of parameters a tracker labels
+        self.unwatched: set[int] = set()      # id(parameter) whose .grad a strategy keeps itself
+        self.names: dict[int, str] = {}       # id(tensor) -> a tracker's name for it
+        self.failures: list[dict[str, str]] = []  # strategies found but not understood
         self._published: str | None = None
         self._pg_initialized = False
 
@@ -44,10 +39,12 @@ class DistributedTracking:
         if model is None or id(model) in self._seen:
             return
         self._seen.add(id(model))
-        from . import _ddp, _fsdp1, _fsdp2
+        from . import _ddp, _deepspeed, _fsdp1, _fsdp2
         found = False
         for m in model.modules():
-            if _ddp.is_ddp(m):
+            if _deepspeed.is_deepspeed(m):
+                found = self._make(_deepspeed.DeepSpeedTracker, m)
+            elif _ddp.is_ddp(m):
                 self._add(_ddp.DdpTracker(self, m))
                 found = True
             elif _fsdp1.is_fsdp1(m):
@@ -81,6 +78,22 @@ class DistributedTracking:
         if start is not None:
             start()
         tracker.scan()
+
+    def _make(self, make: Any, *args: Any) -> bool:
+        """Adds the tracker ``make(self, *args)``. A strategy whose structures are not what the
+        tracker expects (another release) is described with the error; tracking goes on."""
+        tracker = None
+        try:
+            tracker = make(self, *args)
+            self._add(tracker)
+        except Exception as exc:
+            if tracker is not None:
+                if tracker in self.trackers:
+                    self.trackers.remove(tracker)
+                tracker.remove()
+            self.failures.append({"strategy": getattr(make, "kind", make.__name__),
+                                  "error": f"{type(exc).__name__}: {exc}"})
+        return True
 
     # ----------------------------------------------------------------------- tensors
     def local(self, t: Any) -> Any:
@@ -128,7 +141,7 @@ class DistributedTracking:
     def describe(self) -> dict[str, Any]:
         d = process_info()
         self._pg_initialized = bool(d["process_group_initialized"])
-        d["strategies"] = [t.describe() for t in self.trackers]
+        d["strategies"] = [t.describe() for t in self.trackers] + self.failures
         return d
 
     def publish(self) -> None:

@@ -21,7 +21,7 @@ from .._errors import RidgescopeError
 from .._flight import RUN_DEFAULT, KeepSteps, parse_keep_steps
 from .._format import parse_bytes
 from .._report import Report
-from .._session import Session, active_session, per_rank_path, phase
+from .._session import Session, active_session, oom_explanation, per_rank_path, phase
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -212,6 +212,21 @@ class TrackedRun:
         are), also when the step calls a submodule rather than the root."""
         if self.tracking and self.session is not None and self.session._instr is not None:
             self.session._instr.datasets.tag_batch(batch)
+
+    def explain_oom(self, exception: BaseException) -> None:
+        """After a training that raised ``exception`` ended tracking (``finish``): when it is an
+        out-of-memory error the trace holds, say why on stderr and in a note on the exception.
+        The note travels with it when the framework raises another error while tearing down
+        (Lightning does after a failed data set-up), so the cause is still shown."""
+        if not isinstance(exception, torch.OutOfMemoryError) or self.report is None:
+            return
+        text = oom_explanation(self.report.to_dict(), self.trace or Path(TRACE_NAME))
+        if not text:
+            return
+        print(text, file=sys.stderr)
+        add_note = getattr(exception, "add_note", None)  # Python 3.11+
+        if add_note is not None:
+            add_note(text)
 
     def finish(self) -> dict[str, int] | None:
         """Stops tracking, writes the HTML report (and TensorBoard scalars), and returns the

@@ -119,6 +119,10 @@ class _Adapter(RunResults):
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._finish(None)  # the trace and report of what ran, kept for `ridgescope explain`
+        # An out-of-memory error is explained now: after one in its data set-up, Lightning's
+        # teardown raises another error ("Please call `iter(combined_loader)` first") that
+        # hides it; the explanation is printed and rides on the error as a note.
+        self._run.call(self._run.explain_oom, exception)
 
     @guarded_event
     def _finish(self, trainer: Any) -> None:

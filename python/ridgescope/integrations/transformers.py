@@ -8,8 +8,10 @@ From ``on_train_begin`` to the end of training the run is tracked with ``rs.trac
 and the optimizer are the Trainer's own, taken out of accelerate's wrappers (the
 ``AcceleratedOptimizer`` around the torch optimizer, DDP or DataParallel around the model), so
 parameters, gradients and optimizer state carry their names and steps are counted at the real
-optimizer's steps. Phases come from the hooks (forward, backward, recompute under gradient
-checkpointing, optimizer_step, zero_grad, checkpoint at ``torch.save``) and from the Trainer's
+optimizer's steps. Phases come from the hooks (forward, backward, recompute under activation
+checkpointing — ``activation_checkpointing=True`` in transformers 5, whose ``gradient_checkpointing``
+is a deprecated alias of it; with ``every_n_layers`` only the checkpointed layers recompute —,
+optimizer_step, zero_grad, checkpoint at ``torch.save``) and from the Trainer's
 events: an evaluation during training is one ``eval`` phase and a checkpoint save (the
 model's safetensors too, which ``torch.save`` does not see) one ``checkpoint`` phase.
 

@@ -274,11 +274,31 @@ void write_step(TraceBuilder& t) {
                       .oom_device_free_bytes = 1 << 20});
 }
 
-// The same step on a CUDA device, with segments.
+// The same step on a CUDA device, with segments, memory outside PyTorch (format 3: CUPTI's
+// external allocations), the driver's readings (the device ledger) and host samples.
 void write_cuda_step(TraceBuilder& t) {
+  t.metadata("cupti_source", R"({"available":true,"reason":""})");
   t.at(500).segment(0x7f0000000000, 2 << 20);
+  t.sample("nvml_total_bytes", 8ull << 30).sample("nvml_used_bytes", 1 << 30).sample("nvml_process_count", 1);
+  t.sample("nvml_process_used_bytes", 1 << 29).sample("nvml_reading", 1);
   t.alloc(0x7f0000000000, 512).tag(0x7f0000000000, Category::Parameter, "w");
-  t.at(900).begin("forward").alloc(0x7f0000000200, 1024).free(0x7f0000000200).end("forward").step(0);
+  t.external_alloc(0x7f1000000000, 4 << 20, "libnccl.so.2", 5);
+  t.at(900).begin("forward").alloc(0x7f0000000200, 1024).free(0x7f0000000200);
+  t.external_alloc(0x7f2000000000, 8192, "libcublas.so.13", 1).external_free(0x7f2000000000, 8192, 1);
+  Event host;  // a host reading (CPU samples), as host_memory_source writes it
+  host.kind = EventKind::Sample;
+  host.time_ns = 950;
+  for (const auto& [key, value] : {std::pair<const char*, std::uint64_t>{"host_torch_allocated_bytes", 4096},
+                                   {"host_torch_resident_bytes", 4096}, {"host_malloc_in_use_bytes", 1 << 20},
+                                   {"host_malloc_free_bytes", 4096}, {"host_rss_anon_bytes", 2 << 20},
+                                   {"host_rss_file_bytes", 1 << 20}, {"host_rss_shmem_bytes", 0},
+                                   {"host_resident_bytes", 3 << 20}}) {
+    host.string_id = t.recorder().intern(key);
+    host.value = value;
+    t.recorder().record_timed(host);
+  }
+  t.end("forward").step(0);
+  t.sample("nvml_used_bytes", 1 << 30).sample("nvml_process_used_bytes", 1 << 29).sample("nvml_reading", 1);
   t.close();
 }
 
@@ -364,6 +384,15 @@ std::string torch_snapshot_bytes() {
   return w.take();
 }
 
+// The same snapshot as Python 3.14's pickle.dump writes it by default: protocol 5, in a FRAME.
+std::string protocol5_snapshot_bytes() {
+  const std::string p4 = torch_snapshot_bytes();
+  const std::string body = p4.substr(2);
+  std::string out = "\x80\x05\x95";
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((body.size() >> (8 * i)) & 0xFF));
+  return out + body;
+}
+
 std::string exported_snapshot_bytes(const std::string& trace_bytes) {
   TempPath trace, pickle(".pickle");
   spill(trace.str(), trace_bytes);
@@ -377,7 +406,11 @@ const std::vector<std::string> kPickleTokens = {
     "\x8c\x08" "segments", "\x8c\x0d" "device_traces", "\x8c\x06" "frames", "\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00",
     "\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x80", "J\xff\xff\xff\xff", "h\x00", "j\xff\xff\xff\xff", "\x94", "(", "e", "u",
     "]", "}", ")", "\x85", "\x87", "N", "\x88", "t", "l", "d", "a", "s", "\x95\xff\xff\xff\xff\xff\xff\xff\xff",
-    "X\xff\xff\xff\x7f", "c", "\x93", "R", "."};
+    "X\xff\xff\xff\x7f", "c", "\x93", "R", ".",
+    // protocol 5: PROTO 5, 8-byte lengths, bytes, sets, out-of-band buffers
+    std::string("\x80\x05", 2), std::string("\x8d\x01\x00\x00\x00\x00\x00\x00\x00" "a", 10),
+    std::string("\x8e\xff\xff\xff\xff\xff\xff\xff\x7f", 9), std::string("\x96\x00\x00\x00\x00\x00\x00\x00\x00", 9),
+    "C\x02" "ab", std::string("B\x00\x00\x00\x00", 5), "\x8f", "\x90", "\x91", "\x97", "\x98"};
 const std::vector<std::string> kJsonTokens = {"{", "}", "[", "]", ",", ":", "\"", "\\u", "\\ud800", "\\udc00",
                                               "\\uD83D\\uDE00", "1e999", "-0", "9223372036854775808",
                                               "-9223372036854775809", "null", "true", "\\", "\x01", "\xff",
@@ -479,7 +512,11 @@ Script read_script(const std::string& path) {
 void mutate_event(Event& e, Rng& rng, const std::vector<Event>& all) {
   const Event& other = all[rng.below(all.size())];
   switch (rng.below(10)) {
-    case 0: e.kind = static_cast<EventKind>(1 + rng.below(10)); break;  // Alloc .. Sample
+    case 0: {  // Alloc .. Sample, ExternalAlloc, ExternalFree
+      const std::uint64_t k = rng.below(12);
+      e.kind = static_cast<EventKind>(k < 10 ? 1 + k : 3 + k);
+      break;
+    }
     case 9: e.stack_id = static_cast<std::uint32_t>(rng.chance(70) ? rng.below(6) : rng.next()); break;
     case 1: e.addr = rng.chance(50) ? other.addr : interesting(rng); break;
     case 2: e.bytes = interesting(rng); break;
@@ -576,6 +613,8 @@ void write_tree(detail::PickleWriter& w, const PickleValue& v, Rng& rng, unsigne
       break;
     case PickleValue::Type::Float: w.real(v.real); break;
     case PickleValue::Type::Str: w.str(v.str()); break;
+    case PickleValue::Type::Bytes: w.str(v.bytes()); break;  // (the writer has no bytes; the seeds none)
+    case PickleValue::Type::Set: w.begin_list().end_list(); break;
     case PickleValue::Type::List:
     case PickleValue::Type::Tuple: {
       const bool tuple = v.type == PickleValue::Type::Tuple && v.list().size() <= 3;
@@ -745,9 +784,9 @@ SCENARIO("readable traces of weird event sequences are analysed without error or
 
 SCENARIO("hostile or corrupt snapshot pickles are refused with a PickleError or SnapshotError, never a crash",
          "[core][fuzz][snapshot]") {
-  GIVEN("snapshots in torch's layout and ridgescope's exports of CPU and CUDA traces") {
-    const std::string seeds[3] = {torch_snapshot_bytes(), exported_snapshot_bytes(step_trace_bytes(false)),
-                                  exported_snapshot_bytes(step_trace_bytes(true))};
+  GIVEN("snapshots in torch's layout (protocol 4, and 5 in a FRAME as Python 3.14 writes) and ridgescope's exports of CPU and CUDA traces") {
+    const std::string seeds[4] = {torch_snapshot_bytes(), exported_snapshot_bytes(step_trace_bytes(false)),
+                                  exported_snapshot_bytes(step_trace_bytes(true)), protocol5_snapshot_bytes()};
     for (const std::string& s : seeds) require_readable_snapshot(s);
     WHEN("their bytes are mutated, with pickle opcodes, huge lengths and memo indices spliced in") {
       const std::uint64_t n = iterations();
@@ -755,11 +794,11 @@ SCENARIO("hostile or corrupt snapshot pickles are refused with a PickleError or 
       Outcomes parsed{"pickle bytes"}, analysed{"snapshot bytes"};
       TempPath path(".pickle_bytes");
       for (std::uint64_t i = 0; i < n; ++i) {
-        const std::string bytes = mutate_bytes(seeds[i % 3], rng, seeds[(i + 1) % 3], kPickleTokens);
+        const std::string bytes = mutate_bytes(seeds[i % 4], rng, seeds[(i + 1) % 4], kPickleTokens);
         spill(path.str(), bytes);
         parsed.run<detail::PickleError>(i, [&] {
           const detail::PickleResult r = detail::parse_pickle(bytes);
-          if (r.protocol < 2 || r.protocol > 4) throw std::logic_error("protocol out of range");
+          if (r.protocol < 2 || r.protocol > 5) throw std::logic_error("protocol out of range");
         });
         analysed.run<SnapshotError>(i, [&] { (void)analyze_snapshot(path.str()).to_json(); });
       }
@@ -781,7 +820,7 @@ SCENARIO("hostile or corrupt snapshot pickles are refused with a PickleError or 
       for (const std::string& s : seeds) trees.push_back(detail::parse_pickle(s));
       TempPath path(".pickle_tree");
       for (std::uint64_t i = 0; i < n; ++i) {
-        spill(path.str(), mutate_tree(trees[i % 3].root, rng));
+        spill(path.str(), mutate_tree(trees[i % 4].root, rng));
         o.run<SnapshotError>(i, [&] { (void)analyze_snapshot(path.str()).to_json(); });
       }
       o.report();

@@ -88,6 +88,34 @@ class TraceBuilder {
     e.value = live_bytes;
     return emit(e);
   }
+  // A sample under any key (the driver's view, host memory: docs/trace_format.md).
+  TraceBuilder& sample(const std::string& key, std::uint64_t value) {
+    Event e = make(EventKind::Sample);
+    e.string_id = recorder_.intern(key);
+    e.value = value;
+    return emit(e);
+  }
+  // Device memory allocated / freed outside PyTorch (kinds 13 and 14), by `library` with `api`.
+  TraceBuilder& external_alloc(std::uint64_t addr, std::uint64_t bytes, const std::string& library,
+                               std::uint8_t api, std::uint32_t stack_id = 0) {
+    Event e = make(EventKind::ExternalAlloc, addr);
+    e.bytes = bytes;
+    e.flags = api;
+    e.string_id = recorder_.intern(library);
+    e.stack_id = stack_id;
+    return emit(e);
+  }
+  TraceBuilder& external_free(std::uint64_t addr, std::uint64_t bytes, std::uint8_t api) {
+    Event e = make(EventKind::ExternalFree, addr);
+    e.bytes = bytes;
+    e.flags = api;
+    return emit(e);
+  }
+  TraceBuilder& segment_free(std::uint64_t addr, std::uint64_t bytes) {
+    Event e = make(EventKind::SegmentFree, addr);
+    e.bytes = bytes;
+    return emit(e);
+  }
   TraceBuilder& oom(std::uint64_t request, std::uint64_t device_free) {
     Event e = make(EventKind::Oom);
     e.bytes = request;

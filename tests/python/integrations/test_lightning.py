@@ -208,3 +208,42 @@ def test_a_fit_that_runs_out_of_memory_keeps_its_report(tmp_path):
     ooms = callback.report.to_dict()["ooms"]
     assert len(ooms) == 1 and ooms[0]["live_bytes"] + ooms[0]["request_bytes"] > 70 * 1024
     assert ooms[0]["phase"] == "optimizer_step"
+
+
+@pytest.mark.filterwarnings("ignore:You defined a `validation_step` but have no `val_dataloader`")
+def test_an_out_of_memory_error_in_data_set_up_is_shown_though_lightning_raises_another(tmp_path, capsys):
+    """Given a LightningDataModule whose setup makes the training set and a simulated capacity
+    below it, when the first DataLoader starts (its dataset is then counted) the allocation
+    fails; Lightning's teardown then raises its own error ("Please call iter(combined_loader)
+    first"), which hides the out-of-memory error from the user. Then the out-of-memory error
+    is still in the chain, carries ridgescope's explanation as a note, the explanation is on
+    stderr, and the report names the dataset as what filled the device."""
+    pl = framework("lightning")
+
+    class Data(pl.LightningDataModule):
+        def setup(self, stage):
+            g = torch.Generator().manual_seed(0)
+            self.data = torch.utils.data.TensorDataset(torch.randn(2048, 32, generator=g),
+                                                       torch.randint(0, 4, (2048,), generator=g))
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(self.data, batch_size=BATCH)
+
+    callback = RidgescopeCallback(capacity="64KiB")
+    trainer = pl.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, default_root_dir=str(tmp_path),
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[callback])
+    with pytest.raises(Exception) as raised:
+        trainer.fit(make_module(pl), datamodule=Data())
+    chain, exc = [], raised.value
+    while exc is not None:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    ooms = [e for e in chain if isinstance(e, torch.OutOfMemoryError)]
+    assert ooms, [type(e).__name__ for e in chain]
+    notes = getattr(ooms[0], "__notes__", [])
+    assert any(n.startswith("ridgescope: out of memory; what was live and why:") for n in notes)
+    assert "ridgescope: out of memory; what was live and why:" in capsys.readouterr().err
+    oom = callback.report.to_dict()["ooms"]
+    assert len(oom) == 1 and oom[0]["verdict"]["dominant_category"] == "input"
+    assert oom[0]["by_category"]["input"] == 2048 * 32 * 4 + 2048 * 8  # the dataset's tensors

@@ -79,11 +79,30 @@ def plain(tmp_path_factory):
     return out, trainer, callback, recorder
 
 
+# transformers 5 calls it activation checkpointing (gradient_checkpointing is its deprecated
+# alias, a FutureWarning); 4.x has only the old name
+CHECKPOINTING = ("activation_checkpointing"
+                 if "activation_checkpointing" in TrainingArguments.__dataclass_fields__
+                 else "gradient_checkpointing")
+
+
+def checkpointing(**kwargs) -> dict:
+    options = {CHECKPOINTING: True}
+    if kwargs:
+        options[f"{CHECKPOINTING}_kwargs"] = kwargs
+    return options
+
+
+def is_checkpointing(model) -> bool:
+    return (model.is_activation_checkpointing if hasattr(type(model), "is_activation_checkpointing")
+            else model.is_gradient_checkpointing)
+
+
 @pytest.fixture(scope="module")
 def checkpointed(tmp_path_factory):
     out = tmp_path_factory.mktemp("hf-gc")
     callback = RidgescopeCallback()
-    trainer = train(out, [callback], gradient_checkpointing=True, bf16=True)
+    trainer = train(out, [callback], bf16=True, **checkpointing())
     return out, trainer, callback
 
 
@@ -178,13 +197,13 @@ def test_tracking_changes_no_result(plain, tmp_path):
     assert all(math.isfinite(loss) for loss, _ in curve(untracked))
 
 
-# transformers 5 renames gradient_checkpointing to activation_checkpointing (a FutureWarning)
-@pytest.mark.filterwarnings("ignore:.*activation_checkpointing:FutureWarning")
-def test_gradient_checkpointing_and_bf16_show_recompute_phases(checkpointed):
-    """Given gradient_checkpointing=True and bf16=True (autocast on the CPU), then the same
-    exactness holds, and the report has recompute phases inside backward."""
+@pytest.mark.filterwarnings("error:.*checkpointing.*:FutureWarning")  # no deprecated name used
+def test_activation_checkpointing_and_bf16_show_recompute_phases(checkpointed):
+    """Given activation_checkpointing=True (gradient_checkpointing before transformers 5) and
+    bf16=True (autocast on the CPU), then the same exactness holds, and the report has
+    recompute phases inside backward."""
     _, trainer, callback = checkpointed
-    assert trainer.args.bf16 and trainer.model.is_gradient_checkpointing
+    assert trainer.args.bf16 and is_checkpointing(trainer.model)
     assert_exact_run(trainer, callback)
     recompute = callback.report.phases("recompute")
     assert recompute, "checkpointed blocks are recomputed during backward"
@@ -192,6 +211,21 @@ def test_gradient_checkpointing_and_bf16_show_recompute_phases(checkpointed):
     assert {p["step"] for p in recompute} == set(range(STEPS))
     # the recomputed activations are tagged as such
     assert any(p["peak_by_category"]["activation"] > 0 for p in recompute)
+
+
+@pytest.mark.skipif(CHECKPOINTING != "activation_checkpointing",
+                    reason="every_n_layers arrived with transformers 5's activation checkpointing")
+def test_checkpointing_every_second_layer_recomputes_half_as_often(checkpointed, tmp_path):
+    """Given transformers 5's every_n_layers=2 on the 2-layer model, then only the first layer
+    is checkpointed: each step recomputes half as often as with every layer checkpointed, and
+    the run is as exact."""
+    every_layer = checkpointed[2]  # the callback only: a trainer in a variable is a second model
+    callback = RidgescopeCallback()
+    trainer = train(tmp_path, [callback], bf16=True, **checkpointing(every_n_layers=2))
+    assert_exact_run(trainer, callback)
+    per_step = lambda cb: [len([p for p in cb.report.phases("recompute") if p["step"] == s])  # noqa: E731
+                           for s in range(STEPS)]
+    assert per_step(callback) == [n // 2 for n in per_step(every_layer)] and per_step(callback)[0] > 0
 
 
 def test_a_second_session_is_not_started_under_an_enclosing_one(tmp_path, capsys):

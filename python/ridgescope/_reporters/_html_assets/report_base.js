@@ -4,7 +4,8 @@
 // The page's script is common.js and these modules, in this order, inside one function
 // (_html.py, REPORT_SCRIPTS): report_base.js (the data, colours, formatting, DOM helpers),
 // report_cards.js (header, OOMs, warnings), report_tables.js, report_chart.js (the timeline,
-// its chart and zoom), report_sites.js (allocation sites and the flame graph), report_main.js.
+// its chart and zoom), report_sites.js (allocation sites and the flame graph), report_ledgers.js (the device ledger
+// and the host's layers), report_main.js.
   var SVG = 'http://www.w3.org/2000/svg';
   var R = JSON.parse(document.getElementById('rs-data').textContent);
   var T = R.timeline || null;

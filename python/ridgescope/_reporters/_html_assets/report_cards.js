@@ -28,6 +28,7 @@
     kv(dl, 'reserved', fmtBytes(p.reserved_bytes));
     card.appendChild(dl);
     var t = el('table', { id: 'rs-peak-composition', 'class': 'rs-table' });
+    var conf = R.snapshot && R.snapshot.confidence;  // a snapshot's inference: how sure
     var any = false;
     CATS.forEach(function (c) {
       var b = p.by_category[c] || 0;
@@ -39,9 +40,16 @@
       tr.appendChild(td);
       tr.appendChild(el('td', { 'class': 'rs-num' }, fmtBytes(b)));
       tr.appendChild(el('td', { 'class': 'rs-num' }, p.bytes ? (100 * b / p.bytes).toFixed(1) + '%' : ''));
+      if (conf) {
+        var weak = conf.peak_by_evidence.weak[c] || 0;
+        tr.appendChild(el('td', { 'class': 'rs-num rs-weak', 'data-weak-bytes': String(weak),
+                                  title: 'decided by size or lifetime alone (the weaker rules)' },
+                          weak ? fmtBytes(weak) + ' weak' : ''));
+      }
       t.appendChild(tr);
     });
     if (any) card.appendChild(t);
+    if (conf) snapshotConfidence(card, conf, p.bytes);
 
     var m = R.model || {};
     var mc = document.getElementById('rs-model');
@@ -60,6 +68,27 @@
     if (pb.measured !== null && pb.measured !== undefined)
       kv(dl, 'persistent B/param measured', pb.measured.toFixed(2) + (pb.measured_at ? ' (end of step ' + pb.measured_at.step + ')' : ''));
     mc.appendChild(dl);
+    // every model the run held (an EMA copy, a frozen reference or teacher): docs/report_schema.md
+    var models = m.models || [];
+    if (models.length > 1) {
+      var mt = el('table', { id: 'rs-models', 'class': 'rs-table' });
+      var head = el('tr');
+      ['model', 'class', 'parameters', 'bytes at the peak', ''].forEach(function (h) { head.appendChild(el('th', null, h)); });
+      mt.appendChild(head);
+      models.forEach(function (x) {
+        var tr = el('tr', { 'data-model': x.name, 'data-bytes': String(x.at_peak.parameter_bytes + x.at_peak.buffer_bytes) });
+        tr.appendChild(el('td', null, x.name));
+        tr.appendChild(el('td', null, x['class'] || ''));
+        tr.appendChild(el('td', { 'class': 'rs-num' }, fmtInt(x.parameters)));
+        tr.appendChild(el('td', { 'class': 'rs-num' }, fmtBytes(x.at_peak.parameter_bytes + x.at_peak.buffer_bytes)));
+        var notes = [x.trainable ? 'trainable' : 'frozen'];
+        if (x.copy_of) notes.push('a copy of ' + x.copy_of + "'s parameters");
+        if (x.created_at) notes.push('made at ' + x.created_at);
+        tr.appendChild(el('td', { 'class': 'rs-muted' }, notes.join(', ')));
+        mt.appendChild(tr);
+      });
+      mc.appendChild(mt);
+    }
 
     var o = R.optimizer || {};
     var oc = document.getElementById('rs-optimizer');
@@ -73,6 +102,33 @@
     var hk = Object.keys(hp).filter(function (k) { return typeof hp[k] !== 'boolean'; });
     if (hk.length) kv(dl, 'hyperparameters', hk.map(function (k) { return k + '=' + JSON.stringify(hp[k]); }).join(', '));
     oc.appendChild(dl);
+  }
+
+  // How a snapshot's peak was decided (snapshot.confidence, snapshot.reasons; docs/snapshot.md):
+  // the share per kind of evidence, then the rules, largest first.
+  function snapshotConfidence(card, conf, total) {
+    var parts = Object.keys(conf.peak_bytes_by_evidence).filter(function (k) { return conf.peak_bytes_by_evidence[k]; })
+      .map(function (k) { return (100 * conf.peak_bytes_by_evidence[k] / total).toFixed(1) + '% ' + conf.evidence_text[k]; });
+    card.appendChild(el('p', { 'class': 'rs-muted', id: 'rs-peak-confidence',
+                               'data-weak-share': String(conf.weak_share_of_peak) },
+                        'Decided: ' + parts.join(', ') + ' (size or lifetime alone are the weaker rules).'));
+    var rows = (R.snapshot.reasons || []).filter(function (r) { return r.peak_bytes > 0; }).slice(0, 12);
+    if (!rows.length) return;
+    var t = el('table', { id: 'rs-peak-reasons', 'class': 'rs-table' });
+    var head = el('tr');
+    ['category', 'bytes', 'evidence', 'why'].forEach(function (h) { head.appendChild(el('th', null, h)); });
+    t.appendChild(head);
+    rows.forEach(function (r) {
+      var tr = el('tr', { 'data-rule': r.rule, 'data-evidence': r.evidence, 'data-bytes': String(r.peak_bytes) });
+      var td = el('td');
+      swatched(td, colorOf(r.category), r.category);
+      tr.appendChild(td);
+      tr.appendChild(el('td', { 'class': 'rs-num' }, fmtBytes(r.peak_bytes)));
+      tr.appendChild(el('td', null, r.evidence));
+      tr.appendChild(el('td', null, r.reason + ' [' + r.rule + ']'));
+      t.appendChild(tr);
+    });
+    card.appendChild(t);
   }
 
   function ooms() {

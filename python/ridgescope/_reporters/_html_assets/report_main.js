@@ -4,6 +4,7 @@
   glance();
   ooms();
   warnings();
+  ledgers();
   stepsTable();
   blocksTable();
   modulesTable();

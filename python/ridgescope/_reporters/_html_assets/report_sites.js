@@ -5,22 +5,19 @@
   // the report's frames (docs/sites.md). Kept apart from the rest of the page: own sections,
   // own functions, own state.
   var FRAMES = R.frames || [];
+  // Texts and the library flag come with each frame, decided once in the core (docs/sites.md).
   function frameLabel(i) {
     var f = FRAMES[i];
-    if (!f) return '(no site recorded)';
-    var file = (f.file || '').split('/').pop();
-    if (f.kind === 'python' || f.kind === 'native')
-      return (file || '?') + (f.line ? ':' + f.line : '') + (f['function'] ? ' in ' + f['function'] : '');
-    if (f.kind === 'autograd') return f['function'] + (f.module ? ' of ' + f.module : '');
-    return '(' + (f['function'] || 'no site') + ')';
+    return f ? f.text : '(no site recorded)';
   }
   function frameTitle(i) {
     var f = FRAMES[i];
     if (!f) return '(no site recorded)';
-    if (f.kind === 'python' || f.kind === 'native')
-      return (f.file || '?') + (f.line ? ':' + f.line : '') + (f['function'] ? ' in ' + f['function'] : '') + ' (' + f.kind + ')';
-    return frameLabel(i) + ' (' + f.kind + ')';
+    return f.location + ' (' + f.kind + (f.library ? ', library code' : '') + ')';
   }
+  // Library frames (torch's, the standard library's, the interpreter's and libc's native ones)
+  // are folded away unless the page's checkbox shows them; a stack's site always stays.
+  var showLibrary = !!(R.html_view && R.html_view.library_frames);
   function dominantCategory(byCat) {
     var best = 'unknown', bytes = -1;
     CATS.forEach(function (c) { var b = byCat[c] || 0; if (b > bytes) { bytes = b; best = c; } });
@@ -57,11 +54,17 @@
     }
     (R.peak.stacks || []).forEach(function (s, k) {
       add(root, s);
-      var path = (s.frames || []).slice().reverse();
+      var all = s.frames || [];
+      var kept = showLibrary ? all : all.filter(function (f, j) { return j === s.site || !(FRAMES[f] || {}).library; });
+      var path = kept.slice().reverse();
       var keys = path.map(function (f) { return 'f' + f; });
       var labels = path.map(function (f) { return frameLabel(f); });
       var titles = path.map(function (f) { return frameTitle(f); });
-      if (!path.length) {
+      if (!path.length && all.length) {  // nothing but library code
+        keys = ['library'];
+        labels = ['(library frames only)'];
+        titles = ['(' + all.length + ' library frame(s), folded: tick "show library frames")'];
+      } else if (!path.length) {
         var merged = R.peak.stacks_merged && k === R.peak.stacks.length - 1;
         keys = [merged ? 'merged' : 'none'];
         labels = [merged ? '(' + R.peak.stacks_merged + ' smaller stacks)' : '(no site recorded)'];
@@ -128,7 +131,8 @@
     layout(top, 0, W, 0);
     var info = document.getElementById('rs-flame-info');
     if (info) info.textContent = (flameView ? 'Showing ' + top.label + ' (' + fmtBytes(top.bytes) + '); click it to go up. ' : '') +
-      (stacksMode() === 'site' ? 'Recorded with the default stacks="site": one frame per allocation; rs.track(..., stacks="python") records whole stacks.' : '');
+      (stacksMode() === 'site' ? 'Recorded with the default stacks="site": one frame per allocation; rs.track(..., stacks="python") records whole stacks.' : '') +
+      (!showLibrary && FOLDED ? ' ' + FOLDED + ' library frame(s) of these stacks are folded away.' : '');
   }
   function stacksMode() {
     var m = (R.metadata || {}).sites;
@@ -142,11 +146,26 @@
     div.appendChild(compositionRows(node.byCat, function (o, c) { return o[c] || 0; }));
     return div;
   }
+  // How many frames of the peak's stacks are library code (what folding hides).
+  var FOLDED = 0;
+  (R.peak.stacks || []).forEach(function (s) {
+    (s.frames || []).forEach(function (f, j) { if (j !== s.site && (FRAMES[f] || {}).library) FOLDED += 1; });
+  });
   function flameGraph() {
     if (!document.getElementById('rs-flame-box')) return;
     FLAME = flameTree();
     var reset = document.getElementById('rs-flame-reset');
     if (reset) reset.addEventListener('click', function () { flameView = null; drawFlame(); });
+    var toggle = document.getElementById('rs-flame-library');
+    if (toggle) {
+      toggle.checked = showLibrary;
+      toggle.addEventListener('change', function () {
+        showLibrary = toggle.checked;
+        flameView = null;
+        FLAME = flameTree();
+        drawFlame();
+      });
+    }
     drawFlame();
     var pending = null;
     window.addEventListener('resize', function () {

@@ -209,6 +209,29 @@ SCENARIO("untagged blocks get categories from their lifetimes", "[core][analysis
   }
 }
 
+SCENARIO("a block made in a nested backward and freed before the outer one ends is a temporary",
+         "[core][analysis]") {
+  GIVEN("a reentrant checkpoint's backward: a backward inside the backward makes a weight's gradient "
+        "(kept) and its input's gradient, which the outer backward consumes and frees") {
+    TempPath path;
+    {
+      TraceBuilder t(path.str());
+      write_model(t);
+      t.begin("forward").alloc(0x20000, 2000).end("forward");
+      t.begin("backward").begin("recompute").alloc(0x30000, 2000).end("recompute");
+      t.begin("backward").alloc(0x60000, kW2).alloc(0x70000, 512).free(0x30000).end("backward");
+      t.free(0x70000).free(0x20000).end("backward");
+      t.begin("optimizer_step").end("optimizer_step").step(0);
+    }
+    const Report r = analyze_trace(path.str());
+    THEN("the input's gradient is a temporary of the backward, the kept one a gradient") {
+      CHECK(cat(find_phase(r, 0, "backward").end_by_category, Category::Gradient) == kW2);
+      CHECK(cat(find_phase(r, 0, "backward").peak_by_category, Category::Temporary) == 512);
+      CHECK(cat(find_phase(r, 0, "backward").peak_by_category, Category::Gradient) == kW2);
+    }
+  }
+}
+
 SCENARIO("a tensor saved for backward that predates the forward is an input", "[core][analysis]") {
   TempPath path;
   {

@@ -194,3 +194,56 @@ SCENARIO("a trace without sites (format 1, or stacks=None) has no site anywhere"
   CHECK(r.peak.stacks[0].frames.empty());
   CHECK(r.peak.stacks[0].bytes == 96);
 }
+
+SCENARIO("every report frame carries the core's library verdict and texts", "[core][analysis][sites]") {
+  GIVEN("a python-mode stack through the interpreter, torch, a custom Inductor cache the trace's "
+        "sites metadata names, the standard library and the user's code") {
+    TempPath path;
+    {
+      TraceBuilder t(path.str());
+      t.metadata("sites", R"({"mode": "all", "python_frames": true, "reason": "",)"
+                          R"( "library_roots": ["/scratch/cache/"], "stdlib_roots": []})");
+      const auto eval = t.frame(FrameKind::Native, "??", 0, "_PyEval_EvalFrameDefault");
+      const auto generated = t.python_frame("/scratch/cache/ab/cab.py", 7, "call");
+      const auto linear = t.python_frame("/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", 125, "forward");
+      const auto model = t.python_frame("/home/me/model.py", 20, "MLP.forward");
+      const auto runpy = t.python_frame("/usr/lib/python3.11/runpy.py", 88, "_run_code");
+      t.begin("forward");
+      t.alloc(0x1000, 4096, t.stack({eval, generated, linear, model, eval, runpy}, 3));
+      t.end("forward");
+      t.close();
+    }
+    const Report r = analyze_trace(path.str());
+    THEN("the peak's stack lists them with library flags and texts, the user's frame and its site alone not library") {
+      REQUIRE(r.peak.stacks.size() == 1);
+      const StackBytes& s = r.peak.stacks[0];
+      REQUIRE(s.frames.size() == 6);
+      std::vector<bool> library;
+      std::vector<std::string> text;
+      for (std::uint32_t i : s.frames) {
+        library.push_back(r.frames[i].library);
+        text.push_back(r.frames[i].text);
+      }
+      CHECK(library == std::vector<bool>{true, true, true, false, true, true});
+      CHECK(text == std::vector<std::string>{"_PyEval_EvalFrameDefault", "cab.py:7 in call", "linear.py:125 in forward",
+                                             "model.py:20 in MLP.forward", "_PyEval_EvalFrameDefault",
+                                             "runpy.py:88 in _run_code"});
+      CHECK(r.frames[s.frames[3]].location == "/home/me/model.py:20 in MLP.forward");
+      CHECK(s.site == 3);
+      CHECK(r.peak.by_site[0].site == "model.py:20 in MLP.forward");
+    }
+    THEN("the JSON report writes them on each frame") {
+      std::string error;
+      const auto j = detail::parse_json(r.to_json(), &error);
+      REQUIRE(j);
+      const auto& frames = j->get("frames")->array;
+      REQUIRE(!frames.empty());
+      for (const auto& f : frames) {
+        REQUIRE(f.get("library") != nullptr);
+        CHECK(f.get("library")->type == detail::JsonValue::Type::Bool);
+        CHECK(f.get_string("text").has_value());
+        CHECK(f.get_string("location").has_value());
+      }
+    }
+  }
+}

@@ -6,6 +6,8 @@
 
 #include "catch.h"
 #include "ridgescope/analysis.h"
+#include "ridgescope/external_alloc.h"
+#include "ridgescope/memory_layers.h"
 #include "ridgescope/flight.h"
 #include "ridgescope/trace_reader.h"
 #include "trace_builder.h"
@@ -237,6 +239,74 @@ SCENARIO("a block live past the end of a kept window gets the category its later
       CHECK(kept_steps(bounded) == std::vector<std::uint64_t>{4, 5, 28, 29});
       CHECK(bounded.peak.by_category == full.peak.by_category);
       CHECK(bounded.peak.inferred_by_category == full.peak.inferred_by_category);
+    }
+  }
+}
+
+namespace {
+
+const ExternalGroup* group_of(const Report& r, const std::string& library) {
+  if (!r.device_ledger) return nullptr;
+  for (const ExternalGroup& g : r.device_ledger->groups) if (g.library == library) return &g;
+  return nullptr;
+}
+
+}  // namespace
+
+SCENARIO("a kept window's device ledger holds the allocations outside PyTorch that dropped steps made",
+         "[core][flight][device_ledger]") {
+  GIVEN("a CUDA run where NCCL takes 4 GiB at step 0, and a library 64 MiB at step 5 that it frees at step 10") {
+    constexpr std::uint64_t MiB = 1024 * 1024;
+    constexpr auto kMemCreate = static_cast<std::uint8_t>(ExternalApi::MemCreate);
+    constexpr auto kMalloc = static_cast<std::uint8_t>(ExternalApi::Malloc);
+    TempPath full_path, bounded_path;
+    {
+      TraceBuilder t(full_path.str(), Device{DeviceType::CUDA, 0});
+      t.metadata("cupti_source", R"({"available": true, "reason": ""})");
+      std::uint64_t now = 1000;
+      t.at(now).segment(0x10000000000, 64 * MiB).alloc(0x10000000000, 4 * MiB).tag(0x10000000000, Category::Parameter, "w");
+      for (std::uint64_t s = 0; s < 30; ++s) {
+        t.at(now += 100).begin("forward");
+        if (s == 0) t.external_alloc(0x20000000000, 4096 * MiB, "libnccl.so.2", kMemCreate);
+        if (s == 5) t.external_alloc(0x30000000000, 64 * MiB, "libcublasLt.so.13", kMalloc);
+        if (s == 10) t.external_free(0x30000000000, 64 * MiB, kMalloc);
+        t.alloc(0x10000400000, s == 5 ? 32 * MiB : 1 * MiB).tag(0x10000400000, Category::Activation, "saved", true);
+        t.end("forward");
+        t.at(now += 100).begin("backward").free(0x10000400000).end("backward").step(s);
+      }
+      t.close();
+    }
+    FlightOptions options;
+    options.keep_steps = 2;
+    options.rewrite_bytes = 1024;
+    compact_trace(full_path.str(), bounded_path.str(), options);
+    const Report full = analyze_trace(full_path.str());
+    const Report bounded = analyze_trace(bounded_path.str());
+    REQUIRE(full.peak.step == 5);
+    REQUIRE(kept_steps(bounded) == std::vector<std::uint64_t>{4, 5, 28, 29});
+    REQUIRE(full.device_ledger);
+    REQUIRE(bounded.device_ledger);
+
+    THEN("NCCL's 4 GiB, allocated in a dropped step, is live at the peak and at the end, as in the full trace") {
+      const ExternalGroup* f = group_of(full, "libnccl.so.2");
+      const ExternalGroup* b = group_of(bounded, "libnccl.so.2");
+      REQUIRE(f != nullptr);
+      REQUIRE(b != nullptr);
+      CHECK(f->bytes_at_peak == 4096 * MiB);
+      CHECK(b->bytes_at_peak == 4096 * MiB);
+      CHECK(b->end_bytes == 4096 * MiB);
+      CHECK(b->allocations == 1);
+    }
+    THEN("the 64 MiB freed in a dropped step is live at the peak and no longer live at the end") {
+      const ExternalGroup* f = group_of(full, "libcublasLt.so.13");
+      const ExternalGroup* b = group_of(bounded, "libcublasLt.so.13");
+      REQUIRE(f != nullptr);
+      REQUIRE(b != nullptr);
+      CHECK(f->bytes_at_peak == 64 * MiB);
+      CHECK(b->bytes_at_peak == 64 * MiB);
+      CHECK(f->end_bytes == 0);
+      CHECK(b->end_bytes == 0);
+      CHECK(b->allocations == 1);
     }
   }
 }

@@ -162,6 +162,52 @@ SCENARIO("the reader reads what Python's pickle writes for plain data", "[core][
   }
 }
 
+SCENARIO("the reader reads protocol 5, Python 3.14's default, with bytes, sets and 8-byte lengths", "[core][pickle]") {
+  GIVEN("pickle.dumps({'a': [1, 'x', 'x'], 'b': b'\\x00\\x01', 'c': {7}, 'd': frozenset({3}), 'e': bytearray(b'z')}, protocol=5)") {
+    // Python 3.11's bytes: FRAME, MEMOIZE, SHORT_BINBYTES, EMPTY_SET + ADDITEMS, FROZENSET, BYTEARRAY8
+    const std::string p = bytes({0x80, 5, 0x95, '@', 0, 0, 0, 0, 0, 0, 0, '}', 0x94, '(', 0x8c, 1, 'a', 0x94, ']', 0x94,
+                                 '(', 'K', 1, 0x8c, 1, 'x', 0x94, 'h', 3, 'e', 0x8c, 1, 'b', 0x94, 'C', 2, 0, 1, 0x94,
+                                 0x8c, 1, 'c', 0x94, 0x8f, 0x94, '(', 'K', 7, 0x90, 0x8c, 1, 'd', 0x94, '(', 'K', 3,
+                                 0x91, 0x94, 0x8c, 1, 'e', 0x94, 0x96, 1, 0, 0, 0, 0, 0, 0, 0, 'z', 0x94, 'u', '.'});
+    const PickleResult r = parse_pickle(p);
+    THEN("every value reads back: bytes as bytes, sets and frozensets as sets of their items") {
+      CHECK(r.protocol == 5);
+      REQUIRE(r.root.dict().size() == 5);
+      REQUIRE(r.root.get("a")->list().size() == 3);
+      CHECK(r.root.get("a")->list()[2].str() == "x");
+      CHECK(r.root.get("b")->type == PickleValue::Type::Bytes);
+      CHECK(r.root.get("b")->bytes() == std::string("\0\1", 2));
+      CHECK(r.root.get("b")->str().empty());  // bytes are not text
+      REQUIRE(r.root.get("c")->set().size() == 1);
+      std::int64_t seven = 0;
+      CHECK((r.root.get("c")->set()[0].to_int64(&seven) && seven == 7));
+      CHECK(r.root.get("d")->set().size() == 1);
+      CHECK(r.root.get("e")->bytes() == "z");
+      CHECK(pickle_type_name(r.root.get("c")->type) == "set");
+    }
+  }
+  GIVEN("a BINUNICODE8 string, a BINBYTES8 and a BINBYTES (8- and 4-byte lengths)") {
+    const std::string p = bytes({0x80, 5, ']', '(', 0x8d, 3, 0, 0, 0, 0, 0, 0, 0, 'a', 'b', 'c', 0x8e, 1, 0, 0, 0, 0, 0, 0,
+                                 0, 'q', 'B', 2, 0, 0, 0, 'r', 's', 'e', '.'});
+    const PickleResult r = parse_pickle(p);
+    THEN("they read back, and a length past the end is refused before anything is allocated") {
+      REQUIRE(r.root.list().size() == 3);
+      CHECK(r.root.list()[0].str() == "abc");
+      CHECK(r.root.list()[1].bytes() == "q");
+      CHECK(r.root.list()[2].bytes() == "rs");
+      CHECK(contains(error_of(bytes({0x80, 5, 0x8d, 0, 0, 0, 0, 0, 0, 0, 0x80, '.'})),
+                     "string length field claims 9223372036854775808 bytes but only 1 remain"));
+      CHECK(contains(error_of(bytes({0x80, 5, 0x96, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, '.'})),
+                     "bytes length field claims 4294967295 bytes"));
+    }
+  }
+  GIVEN("a set fetched from the memo and added to again (a set that holds itself)") {
+    THEN("it is refused as a recursive structure") {
+      CHECK(contains(error_of(bytes({0x80, 5, 0x8f, 0x94, '(', 'h', 0, 0x90, '.'})), "ADDITEMS adds to a container already referenced"));
+    }
+  }
+}
+
 SCENARIO("hostile and broken pickles are refused with a clear error", "[core][pickle]") {
   WHEN("the pickle imports a class (GLOBAL) and calls it (REDUCE): os.system('touch x')") {
     const char raw[] = "\x80\x02" "cposix\nsystem\n" "q\x00" "X\x07\x00\x00\x00" "touch x" "\x85" "R.";
@@ -184,17 +230,31 @@ SCENARIO("hostile and broken pickles are refused with a clear error", "[core][pi
       CHECK(contains(err, "refused"));
     }
   }
-  WHEN("the pickle holds bytes, a set, an 8-byte-length string or a LONG4") {
+  WHEN("the pickle holds a LONG4 or protocol 0/1 text opcodes") {
     for (const auto& [op, name] : std::initializer_list<std::pair<int, const char*>>{
-             {'C', "SHORT_BINBYTES"}, {0x8f, "EMPTY_SET"}, {0x8d, "BINUNICODE8"}, {0x8b, "LONG4"}, {'U', "SHORT_BINSTRING"}}) {
+             {0x8b, "LONG4"}, {'U', "SHORT_BINSTRING"}, {'I', "INT"}, {'V', "UNICODE"}}) {
       INFO(name);
-      CHECK(contains(error_of(bytes({0x80, 4, op, 0, '.'})), name));
+      const std::string err = error_of(bytes({0x80, 4, op, 0, '.'}));
+      CHECK(contains(err, std::string("refused: opcode ") + name + " is not allowed"));
     }
   }
-  WHEN("the protocol is 5, or 1, or there is no PROTO at all") {
-    CHECK(contains(error_of(bytes({0x80, 5, 'N', '.'})), "protocol 5 is not supported"));
+  WHEN("the pickle uses protocol 5's out-of-band buffers: NEXT_BUFFER, or READONLY_BUFFER after a value") {
+    // pickle.dumps([PickleBuffer(b'ab')], protocol=5, buffer_callback=...): the data is not in the file
+    const std::string next = bytes({0x80, 5, 0x95, 7, 0, 0, 0, 0, 0, 0, 0, ']', 0x94, '(', 0x97, 0x98, 'e', '.'});
+    const std::string readonly = bytes({0x80, 5, ']', 0x98, '.'});
+    THEN("each is refused by name at its offset, as a buffer passed beside the pickle") {
+      const std::string a = error_of(next);
+      CHECK(contains(a, "refused: opcode NEXT_BUFFER is one of pickle protocol 5's out-of-band buffers"));
+      CHECK(contains(a, "byte offset 14"));
+      const std::string b = error_of(readonly);
+      CHECK(contains(b, "refused: opcode READONLY_BUFFER is one of pickle protocol 5's out-of-band buffers"));
+      CHECK(contains(b, "byte offset 3"));
+    }
+  }
+  WHEN("the protocol is 6, or 1, or there is no PROTO at all") {
+    CHECK(contains(error_of(bytes({0x80, 6, 'N', '.'})), "pickle protocol 6 is not supported (protocols 2 to 5 are)"));
     CHECK(contains(error_of(bytes({0x80, 1, 'N', '.'})), "protocol 1 is not supported"));
-    CHECK(contains(error_of("(lp0\n."), "not a protocol 2-4 pickle"));
+    CHECK(contains(error_of("(lp0\n."), "not a protocol 2-5 pickle"));
     CHECK(contains(error_of(""), "empty file"));
   }
   WHEN("the file is truncated: mid-string, mid-integer, or before STOP") {
@@ -223,7 +283,7 @@ SCENARIO("hostile and broken pickles are refused with a clear error", "[core][pi
       q.append(200, ']');
       q.append(199, 'a');
       q.push_back('.');
-      CHECK(parse_pickle(q).root.items->depth == 200);
+      CHECK(parse_pickle(q).root.depth() == 200);
     }
   }
   WHEN("a memo reference makes a list contain itself") {

@@ -163,7 +163,8 @@ SCENARIO("a CUDA trace with segments exports blocks that tile each segment", "[c
       t.close();
     }
     write_snapshot(trace.str(), pickle.str());
-    const auto parsed = detail::parse_pickle(slurp(pickle.str()));
+    const std::string file = slurp(pickle.str());
+    const auto parsed = detail::parse_pickle(file);
     THEN("the segment lists active, inactive, active, inactive blocks summing to its size") {
       const auto& segments = parsed.root.get("segments")->list();
       REQUIRE(segments.size() == 1);
@@ -304,7 +305,8 @@ SCENARIO("a block whose category changes while live is exported with an annotate
       t.close();
     }
     write_snapshot(trace.str(), pickle.str());
-    const auto parsed = detail::parse_pickle(slurp(pickle.str()));
+    const std::string file = slurp(pickle.str());
+    const auto parsed = detail::parse_pickle(file);
     const auto& entries = parsed.root.get("device_traces")->list()[0].list();
     THEN("the annotate entry carries the new category and label, after the temporary") {
       std::size_t found = 0;
@@ -342,7 +344,8 @@ SCENARIO("an alloc over a live block (a missed free) is exported as a free then 
       t.close();
     }
     write_snapshot(trace.str(), pickle.str());
-    const auto parsed = detail::parse_pickle(slurp(pickle.str()));
+    const std::string file = slurp(pickle.str());
+    const auto parsed = detail::parse_pickle(file);
     const auto& entries = parsed.root.get("device_traces")->list()[0].list();
     THEN("memory_viz sees the first block freed before the second is allocated, and one live segment") {
       std::vector<std::string> actions;

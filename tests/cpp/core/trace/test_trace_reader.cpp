@@ -325,7 +325,7 @@ SCENARIO("frames and stacks are interned once and read back (format 2)", "[core]
       stacks += e.kind == EventKind::Stack;
     }
     THEN("each distinct frame and stack was written once, before its first use") {
-      CHECK(reader.version() == trace_format::kVersion);
+      CHECK(reader.version() == trace_format::kVersion);  // written at the current version
       CHECK(frames == 3);
       CHECK(stacks == 2);
       REQUIRE(allocs.size() == 4);

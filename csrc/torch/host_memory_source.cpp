@@ -1,0 +1,192 @@
+#include "host_memory_source.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "cpu_allocator_source.h"
+#include "ridgescope/host_memory.h"
+
+namespace ridgescope::sources {
+
+namespace {
+
+// glibc's struct mallinfo2 (malloc.h, glibc 2.33+): declared here so that the build needs no
+// particular glibc and the function is looked up at run time.
+struct Mallinfo2 {
+  std::size_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;
+};
+using Mallinfo2Fn = Mallinfo2 (*)();
+
+bool read_file(const char* path, std::string* out) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[4096];
+  out->clear();
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out->append(buf, static_cast<std::size_t>(n));
+    if (out->size() > (1u << 20)) break;  // /proc/self/status is a few KiB
+  }
+  ::close(fd);
+  return !out->empty();
+}
+
+constexpr std::uint64_t kMaxChunkPages = 16384;  // one mincore covers at most 64 MiB of 4 KiB pages
+constexpr std::uint64_t kMaxGapPages = 64;       // blocks this close share one mincore (the pages
+                                                 // between them cost less than another call)
+
+}  // namespace
+
+void measure_resident(std::vector<ResidentBlock>& blocks, std::vector<unsigned char>& pages) {
+  for (ResidentBlock& b : blocks) b.resident = 0;
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  if (page_size <= 0 || blocks.empty()) return;
+  const std::uint64_t P = static_cast<std::uint64_t>(page_size);
+  if ((P & (P - 1)) != 0) return;  // page sizes are powers of two
+  const int shift = __builtin_ctzll(P);
+  std::sort(blocks.begin(), blocks.end(), [](const ResidentBlock& a, const ResidentBlock& b) { return a.addr < b.addr; });
+  const auto first_page = [shift](const ResidentBlock& b) { return b.addr >> shift; };
+  const auto end_page = [P, shift](const ResidentBlock& b) { return (b.addr + b.bytes + P - 1) >> shift; };
+  // Adds to blocks [i, j] their bytes on the resident pages of one mincore answer for pages
+  // [chunk, chunk_end): a partial first and last page by the overlap, the pages between whole.
+  auto count = [&](std::size_t i, std::size_t j, std::uint64_t chunk, std::uint64_t chunk_end) {
+    const unsigned char* resident = pages.data();  // resident[k]: page chunk + k
+    for (std::size_t b = i; b <= j; ++b) {
+      const std::uint64_t lo = std::max(blocks[b].addr, chunk << shift);
+      const std::uint64_t hi = std::min(blocks[b].addr + blocks[b].bytes, chunk_end << shift);
+      if (lo >= hi) continue;
+      const std::uint64_t first = (lo >> shift) - chunk, last = ((hi - 1) >> shift) - chunk;
+      std::uint64_t& total = blocks[b].resident;
+      if (first == last) {
+        if (resident[first] & 1) total += hi - lo;
+        continue;
+      }
+      if (resident[first] & 1) total += ((first + chunk + 1) << shift) - lo;
+      if (resident[last] & 1) total += hi - ((last + chunk) << shift);
+      std::uint64_t whole = 0;
+      for (std::uint64_t k = first + 1; k < last; ++k) whole += resident[k] & 1;
+      total += whole << shift;
+    }
+  };
+  // One mincore answers for a group of blocks at most kMaxGapPages apart whose pages lie within
+  // kMaxChunkPages: blocks of the heap sit close together, and the system call costs more than
+  // scanning the few pages between them. A group whose range is not wholly mapped (mincore
+  // fails: large blocks are mappings of their own, with unmapped gaps between them) is asked
+  // block by block, in chunks.
+  std::size_t i = 0;
+  while (i < blocks.size()) {
+    const std::uint64_t first = first_page(blocks[i]);
+    std::uint64_t end = end_page(blocks[i]);
+    std::size_t j = i;
+    while (j + 1 < blocks.size() && first_page(blocks[j + 1]) <= end + kMaxGapPages &&
+           end_page(blocks[j + 1]) - first <= kMaxChunkPages) {
+      end = std::max(end, end_page(blocks[++j]));
+    }
+    if (end - first <= kMaxChunkPages) {
+      pages.resize(end - first);
+      if (::mincore(reinterpret_cast<void*>(first << shift), (end - first) << shift, pages.data()) == 0) {
+        count(i, j, first, end);
+        i = j + 1;
+        continue;
+      }
+    }
+    for (std::size_t b = i; b <= j; ++b) {  // block by block (a large one in chunks)
+      for (std::uint64_t chunk = first_page(blocks[b]); chunk < end_page(blocks[b]); chunk += kMaxChunkPages) {
+        const std::uint64_t chunk_end = std::min(end_page(blocks[b]), chunk + kMaxChunkPages);
+        pages.resize(chunk_end - chunk);
+        if (::mincore(reinterpret_cast<void*>(chunk << shift), (chunk_end - chunk) << shift, pages.data()) != 0) {
+          continue;  // freed meanwhile: not counted
+        }
+        count(b, b, chunk, chunk_end);
+      }
+    }
+    i = j + 1;
+  }
+}
+
+std::uint64_t resident_part(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges,
+                            std::vector<unsigned char>& pages) {
+  std::vector<ResidentBlock> blocks;
+  blocks.reserve(ranges.size());
+  for (const auto& [addr, bytes] : ranges) blocks.push_back({addr, bytes, 0});
+  measure_resident(blocks, pages);
+  std::uint64_t total = 0;
+  for (const ResidentBlock& b : blocks) total += b.resident;
+  return total;
+}
+
+HostMemorySampler::HostMemorySampler(Recorder* recorder) : recorder_(recorder) {
+  namespace k = host_sample;
+  const std::string_view keys[8] = {k::kTorchAllocated, k::kTorchResident, k::kMallocInUse, k::kMallocFree,
+                                    k::kRssAnon,        k::kRssFile,       k::kRssShmem,    k::kResident};
+  for (int i = 0; i < 8; ++i) ids_[i] = recorder->intern(keys[i]);
+  mallinfo2_ = dlsym(RTLD_DEFAULT, "mallinfo2");
+}
+
+void HostMemorySampler::record_now() noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::vector<CpuBlock> live = cpu_allocator_blocks();
+    // Blocks wholly resident at the last reading are resident still (anonymous pages stay until
+    // freed; a swapped-out page is the exception, not seen here): only the others are asked.
+    std::uint64_t allocated = 0, resident = 0;
+    std::vector<ResidentBlock> ask;
+    std::vector<std::uint64_t> ask_serials;
+    absl::flat_hash_set<std::uint64_t> full;
+    full.reserve(live.size());
+    for (const CpuBlock& b : live) {
+      allocated += b.bytes;
+      if (full_.contains(b.serial)) {
+        resident += b.bytes;
+        full.insert(b.serial);
+      } else {
+        ask.push_back({b.addr, b.bytes, b.serial});
+      }
+    }
+    measure_resident(ask, pages_);
+    for (const ResidentBlock& b : ask) {
+      resident += b.resident;
+      if (b.resident == b.bytes) full.insert(b.tag);
+    }
+    full_ = std::move(full);
+    Mallinfo2 m{};
+    if (mallinfo2_ != nullptr) m = reinterpret_cast<Mallinfo2Fn>(mallinfo2_)();
+    // The resident set last, nearest to the moment the reading stands for.
+    std::string text;
+    if (!read_file("/proc/self/status", &text)) return;
+    const ProcStatus status = parse_proc_status(text);
+    if (!status.ok) return;
+    Event e;
+    e.kind = EventKind::Sample;
+    e.device = Device{DeviceType::CPU, -1};
+    auto record = [&](int key, std::uint64_t value) {
+      e.string_id = ids_[key];
+      e.value = value;
+      recorder_->record(e);
+    };
+    record(0, allocated);
+    record(1, resident);
+    if (mallinfo2_ != nullptr) {
+      record(2, m.uordblks + m.hblkhd);
+      record(3, m.fordblks);
+    }
+    if (status.anon + status.file + status.shmem != 0) {
+      record(4, status.anon);
+      record(5, status.file);
+      record(6, status.shmem);
+    }
+    record(7, status.resident);  // last: completes the reading
+  } catch (...) {
+    // out of memory copying the block list: no reading this time
+  }
+}
+
+}  // namespace ridgescope::sources

@@ -1,0 +1,61 @@
+// host_memory_source.h — the host's resident set at every phase end, for the three layers
+// of ridgescope/host_memory.h (docs/forensics.md, "Host memory: the three layers").
+//
+// record_now() reads /proc/self/status (VmRSS, RssAnon, RssFile, RssShmem), glibc's allocator
+// counters (mallinfo2, resolved at run time: absent before glibc 2.33 or with another libc) and
+// the resident part of torch's live CPU blocks (mincore over each block's pages; a page shared
+// with another allocation counts only the block's own bytes of it; a block wholly resident at
+// the last reading is not asked again), and writes them as CPU
+// `sample` events under the keys of ridgescope/host_memory.h, the resident set last. Nothing is
+// synchronised with the training loop: a thread allocating meanwhile moves the figures by what
+// it allocates.
+//
+// Cost (docs/performance.md): one read of /proc/self/status, one mallinfo2 (it walks glibc's
+// free lists), and one mincore per group of nearby torch blocks not known wholly resident (at
+// most 64 MiB of pages each). Not a hot path: it runs at the end of every phase, on the thread
+// that ends it.
+// Thread-safety: record_now() from any thread; one reading at a time.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "ridgescope/recorder.h"
+
+namespace ridgescope::sources {
+
+class HostMemorySampler {
+ public:
+  explicit HostMemorySampler(Recorder* recorder);
+  void record_now() noexcept;
+
+ private:
+  Recorder* recorder_;
+  std::mutex mutex_;  // leaf lock (then the CPU source's, then the Recorder's)
+  std::uint32_t ids_[8] = {};
+  void* mallinfo2_ = nullptr;  // glibc's mallinfo2, when present
+  std::vector<unsigned char> pages_;  // mincore's buffer
+  // Allocation serials (cpu_allocator_source.h) of the blocks wholly resident at the last
+  // reading: they are not asked again.
+  absl::flat_hash_set<std::uint64_t> full_;
+};
+
+// A block whose resident bytes are asked: address and bytes in, resident bytes out; `tag` is
+// the caller's (kept with the block when the list is sorted).
+struct ResidentBlock {
+  std::uint64_t addr = 0, bytes = 0;
+  std::uint64_t tag = 0;
+  std::uint64_t resident = 0;
+};
+// Fills each block's resident bytes (its own bytes on resident pages: a page shared with another
+// block counts for each only its part) and sorts the list by address. Blocks must not overlap;
+// unmapped ranges count as not resident. `pages` is scratch space.
+void measure_resident(std::vector<ResidentBlock>& blocks, std::vector<unsigned char>& pages);
+// The sum of measure_resident over (address, bytes) ranges.
+std::uint64_t resident_part(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges,
+                            std::vector<unsigned char>& pages);
+
+}  // namespace ridgescope::sources

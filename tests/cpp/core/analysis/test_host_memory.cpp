@@ -1,0 +1,132 @@
+// Specification of the host's three layers (ridgescope/host_memory.h): reading
+// /proc/self/status, and splitting a reading into PyTorch, the C allocator's slack and
+// everything else, with everything else itemised. The readings are plain numbers, so every
+// figure is exact.
+#include <cstdint>
+#include <string>
+
+#include "catch.h"
+#include "ridgescope/host_memory.h"
+
+using namespace ridgescope;
+
+namespace {
+constexpr std::uint64_t KiB = 1024;
+constexpr std::uint64_t MiB = 1024 * KiB;
+
+// The head of a real /proc/self/status (Linux 6.x), recorded from `cat /proc/self/status`.
+const char* kStatus =
+    "Name:\tpython\nUmask:\t0022\nState:\tR (running)\nTgid:\t23056\nPid:\t23056\n"
+    "VmPeak:\t    3060 kB\nVmSize:\t    3060 kB\nVmLck:\t       0 kB\nVmHWM:\t  812340 kB\n"
+    "VmRSS:\t  812340 kB\nRssAnon:\t  501200 kB\nRssFile:\t  300100 kB\nRssShmem:\t   11040 kB\n"
+    "VmData:\t     360 kB\nVmSwap:\t       0 kB\nThreads:\t9\n";
+}  // namespace
+
+SCENARIO("/proc/self/status gives the resident set and its three kinds of pages", "[core][host]") {
+  GIVEN("a recorded status text") {
+    const ProcStatus s = parse_proc_status(kStatus);
+    THEN("VmRSS and the split counters are read, kB being KiB") {
+      CHECK(s.ok);
+      CHECK(s.resident == 812340 * KiB);
+      CHECK(s.anon == 501200 * KiB);
+      CHECK(s.file == 300100 * KiB);
+      CHECK(s.shmem == 11040 * KiB);
+      CHECK(s.anon + s.file + s.shmem == s.resident);  // the kernel's own identity
+    }
+  }
+  GIVEN("a kernel without the split counters (before Linux 4.5), and texts that are not status files") {
+    THEN("the resident set alone, or nothing") {
+      const ProcStatus old = parse_proc_status("VmRSS:\t 2048 kB\nVmData:\t 10 kB\n");
+      CHECK(old.ok);
+      CHECK(old.resident == 2 * MiB);
+      CHECK(old.anon == 0);
+      CHECK_FALSE(parse_proc_status("").ok);
+      CHECK_FALSE(parse_proc_status("VmRSS:\tlots kB\n").ok);
+      CHECK_FALSE(parse_proc_status("VmRSS:\t99999999999999999999999 kB").ok);  // overflow refused
+      // Two of the three split counters are as good as none.
+      CHECK(parse_proc_status("VmRSS: 8 kB\nRssAnon: 4 kB\nRssFile: 4 kB\n").anon == 0);
+    }
+  }
+}
+
+SCENARIO("a reading splits into PyTorch, the allocator's slack and everything else", "[core][host]") {
+  GIVEN("800 MiB resident (500 anonymous, 290 file, 10 shared), torch's blocks of 300 MiB of which "
+        "260 MiB resident, glibc holding 420 MiB in use and 30 MiB free") {
+    HostReading r;
+    r.resident = 800 * MiB;
+    r.rss_anon = 500 * MiB;
+    r.rss_file = 290 * MiB;
+    r.rss_shmem = 10 * MiB;
+    r.torch_allocated = 300 * MiB;
+    r.torch_resident = 260 * MiB;
+    r.malloc_in_use = 420 * MiB;
+    r.malloc_free = 30 * MiB;
+    const HostLayers l = decompose_host_memory(r);
+    THEN("PyTorch is its resident part, and the untouched 40 MiB are not in the resident set") {
+      CHECK(l.pytorch == 260 * MiB);
+      CHECK(l.untouched == 40 * MiB);
+      CHECK(l.residency_known);
+    }
+    THEN("the slack is glibc's free bytes, and everything else is the rest") {
+      CHECK(l.slack == 30 * MiB);
+      CHECK(l.outside == 510 * MiB);
+      CHECK(l.pytorch + l.slack + l.outside == l.resident);
+    }
+    THEN("everything else is files, shared memory, other heap users and a named remainder") {
+      CHECK(l.files == 290 * MiB);
+      CHECK(l.shared_memory == 10 * MiB);
+      CHECK(l.other_heap == 120 * MiB);  // 420 in use - torch's 300
+      CHECK(l.remainder == static_cast<std::int64_t>(90 * MiB));
+      CHECK(l.files + l.shared_memory + l.other_heap + static_cast<std::uint64_t>(l.remainder) == l.outside);
+      CHECK_FALSE(l.malloc_misses_torch);
+    }
+  }
+  GIVEN("glibc's free bytes larger than the anonymous memory torch does not hold") {
+    HostReading r;
+    r.resident = 100 * MiB;
+    r.rss_anon = 60 * MiB;
+    r.rss_file = 40 * MiB;
+    r.rss_shmem = 0;
+    r.torch_allocated = 50 * MiB;
+    r.torch_resident = 50 * MiB;
+    r.malloc_in_use = 55 * MiB;
+    r.malloc_free = 30 * MiB;  // most of it never written, so not resident
+    const HostLayers l = decompose_host_memory(r);
+    THEN("the slack is capped at what anonymous memory is left, and no layer goes negative") {
+      CHECK(l.slack == 10 * MiB);
+      CHECK(l.outside == 40 * MiB);
+      CHECK(l.files == 40 * MiB);
+      CHECK(l.other_heap == 5 * MiB);
+      CHECK(l.remainder == -static_cast<std::int64_t>(5 * MiB));  // signed: other heap pages never written
+    }
+  }
+  GIVEN("another malloc (jemalloc) serving torch: glibc's in-use bytes below torch's blocks") {
+    HostReading r;
+    r.resident = 100 * MiB;
+    r.torch_allocated = 50 * MiB;
+    r.torch_resident = 40 * MiB;
+    r.malloc_in_use = 2 * MiB;
+    r.malloc_free = 1 * MiB;
+    const HostLayers l = decompose_host_memory(r);
+    THEN("it says so, and the other heap is not made up") {
+      CHECK(l.malloc_misses_torch);
+      CHECK(l.other_heap == 0);
+      CHECK_FALSE(l.split_known);
+      CHECK(l.outside == 59 * MiB);
+      CHECK(l.remainder == static_cast<std::int64_t>(59 * MiB));
+    }
+  }
+  GIVEN("a reading without mincore or glibc's counters") {
+    HostReading r;
+    r.resident = 10 * MiB;
+    r.torch_allocated = 12 * MiB;  // more than is resident: pages never written
+    const HostLayers l = decompose_host_memory(r);
+    THEN("PyTorch is its live bytes capped at the resident set, and nothing is made up") {
+      CHECK_FALSE(l.residency_known);
+      CHECK_FALSE(l.malloc_known);
+      CHECK(l.pytorch == 10 * MiB);
+      CHECK(l.slack == 0);
+      CHECK(l.outside == 0);
+    }
+  }
+}

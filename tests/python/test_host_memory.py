@@ -1,0 +1,165 @@
+"""Specification of the host's three layers (docs/forensics.md, "Host memory: the three layers"):
+when tracking starts, at the end of every phase and when it stops, the process's resident set (/proc/self/status) = PyTorch's live CPU
+blocks (their resident pages, mincore) + the C allocator's slack (glibc's mallinfo2) + everything
+else, itemised (files and libraries, shared memory, other heap users, a named remainder).
+
+The truth comes from outside ridgescope: numpy and bytearray objects of known sizes, torch's own
+storage sizes, and the kernel's figures read by the test itself."""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import ridgescope as rs
+from ridgescope import _C
+
+MiB = 1 << 20
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and mincore are Linux's")
+
+
+def resident_set() -> int:
+    """VmRSS of this process, read here and not by ridgescope."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+def end_of(rows: list[dict], phase: str) -> dict:
+    """The reading at the end of a phase (each phase is read at its end)."""
+    mine = [r for r in rows if r["phase"] == phase]
+    assert len(mine) == 1, f"{phase}: {len(mine)} readings"
+    return mine[0]
+
+
+@linux
+def test_memory_outside_pytorch_is_in_the_outside_layer_and_the_layers_sum_to_the_resident_set(tmp_path):
+    # Given a script that holds a 64 MiB numpy array and a 16 MiB bytearray outside torch, and
+    # a 32 MiB torch tensor, each made in a phase of its own,
+    rss_after: dict[str, int] = {}
+    with rs.track(out=tmp_path / "run.rstrace") as session:
+        with rs.phase("before"):
+            warm = torch.ones(1024)
+        rss_after["before"] = resident_set()
+        with rs.phase("outside"):
+            array = np.ones(64 * MiB // 8)      # float64: 64 MiB, every page written
+            blob = bytearray(16 * MiB)          # zero-filled by CPython: every page written
+        rss_after["outside"] = resident_set()
+        with rs.phase("inside"):
+            tensor = torch.ones(8 * MiB)        # float32: 32 MiB
+        rss_after["inside"] = resident_set()
+    held = array.nbytes + len(blob)
+    h = session.report().to_dict()["host_memory"]
+    rows = h["rows"]
+    before, outside, inside = (end_of(rows, p) for p in ("before", "outside", "inside"))
+
+    # then the numpy array and the bytearray are in the outside-PyTorch layer (within 2 MiB),
+    assert abs((outside["outside_bytes"] - before["outside_bytes"]) - held) <= 2 * MiB
+    # itemised as other heap users (glibc's bytes in use beyond torch's blocks),
+    assert abs((outside["outside"]["other_heap_bytes"] - before["outside"]["other_heap_bytes"]) - held) <= 2 * MiB
+    # and not in PyTorch's layer,
+    assert abs(outside["pytorch_bytes"] - before["pytorch_bytes"]) <= 1 * MiB
+    # while the tensor is PyTorch's, to the byte of its storage, and not outside.
+    assert inside["pytorch_bytes"] - outside["pytorch_bytes"] == tensor.untyped_storage().nbytes()
+    assert inside["torch_live_bytes"] - outside["torch_live_bytes"] == tensor.untyped_storage().nbytes()
+    assert abs(inside["outside_bytes"] - outside["outside_bytes"]) <= 2 * MiB
+
+    # At every reading the three layers sum to the resident set, and everything else to its items;
+    for r in rows:
+        assert r["pytorch_bytes"] + r["allocator_slack_bytes"] + r["outside_bytes"] == r["resident_bytes"]
+        o = r["outside"]
+        assert (o["files_bytes"] + o["shared_memory_bytes"] + o["other_heap_bytes"] + o["remainder_bytes"]
+                == r["outside_bytes"])
+        assert r["residency_measured"] and r["split_known"] and r["malloc_known"]
+        assert not r["malloc_misses_torch"]
+    # and that resident set is the one the kernel gives the test right after each phase (1 %).
+    for phase, rss in rss_after.items():
+        assert abs(end_of(rows, phase)["resident_bytes"] - rss) <= rss / 100, phase
+    assert h["samples"] == len(rows) == 5  # when tracking starts, at each phase's end, when it stops
+    assert rows[0]["phase"] == rows[-1]["phase"] == "idle"
+    del warm
+
+
+def own_mapping_rss(addr: int, nbytes: int) -> int | None:
+    """The kernel's resident bytes of the mapping that holds [addr, addr + nbytes), when that
+    mapping is the block's own (glibc maps a large block by itself: a header page, then the
+    data); None when the block shares its mapping (it came from a free chunk of the heap)."""
+    start = end = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0] if line.strip() else ""
+            if "-" in head and ":" not in head:
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                start, end = (lo, hi) if lo <= addr < hi else (None, None)
+            elif start is not None and line.startswith("Rss:"):
+                own = addr - start < mmap.PAGESIZE and 0 <= end - (addr + nbytes) < 2 * mmap.PAGESIZE
+                return int(line.split()[1]) * 1024 if own else None
+    return None
+
+
+@linux
+def test_live_bytes_never_written_are_not_resident(tmp_path):
+    # Given a 256 MiB tensor allocated and never written (torch.empty: glibc maps it by itself
+    # and the kernel backs no page until it is written),
+    with rs.track(out=tmp_path / "run.rstrace") as session:
+        with rs.phase("empty"):
+            t = torch.empty(64 * MiB)  # float32: 256 MiB
+        kernel = own_mapping_rss(t.data_ptr(), t.untyped_storage().nbytes())
+    if kernel is None:
+        pytest.skip("the block came from a free chunk of glibc's heap, not a mapping of its own")
+    rows = session.report().to_dict()["host_memory"]["rows"]
+    begin, end = rows[0], end_of(rows, "empty")  # when tracking started, at the phase's end
+    nbytes = t.untyped_storage().nbytes()
+    # then its bytes are live but not resident, but for what the kernel backs: ridgescope's
+    # PyTorch layer grew by what /proc/self/smaps says of the block's mapping (one page: the
+    # page that holds malloc's header and the block's first bytes); the rest is "untouched".
+    assert end["torch_live_bytes"] - begin["torch_live_bytes"] == nbytes
+    grew = end["pytorch_bytes"] - begin["pytorch_bytes"]
+    assert abs(grew - kernel) <= mmap.PAGESIZE
+    assert end["untouched_bytes"] - begin["untouched_bytes"] == nbytes - grew
+    assert grew <= 2 * mmap.PAGESIZE
+
+
+@linux
+def test_resident_part_counts_each_blocks_own_bytes_of_its_resident_pages():
+    page = mmap.PAGESIZE
+    buf = mmap.mmap(-1, 16 * page)  # anonymous: no page is resident until written
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    try:
+        for p in (1, 2, 9):
+            buf[p * page] = 1
+        # a block over the whole mapping holds three resident pages;
+        assert _C._resident_part([(addr, 16 * page)]) == 3 * page
+        # two blocks sharing page 1 each count only their own bytes of it;
+        assert _C._resident_part([(addr + page, page // 2), (addr + page + page // 2, page // 2)]) == page
+        # a block in never-written pages has none.
+        assert _C._resident_part([(addr + 3 * page, 5 * page)]) == 0
+    finally:
+        del addr
+        buf.close()
+
+
+def test_host_memory_can_be_switched_off(tmp_path):
+    with rs.track(out=tmp_path / "run.rstrace", host_memory=False) as session:
+        with rs.phase("p"):
+            torch.ones(16)
+    assert session.report().to_dict()["host_memory"] is None
+
+
+@linux
+def test_the_text_report_shows_the_three_layers(tmp_path):
+    with rs.track(out=tmp_path / "run.rstrace") as session:
+        with rs.phase("p"):
+            x = torch.ones(1 << 16)
+    text = session.report().summary()
+    assert "Host memory at its highest" in text
+    assert "= PyTorch's live CPU blocks" in text
+    assert "+ the C allocator's slack" in text
+    assert "+ everything else" in text and "remainder" in text
+    del x
