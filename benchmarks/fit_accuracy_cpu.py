@@ -97,6 +97,11 @@ def op_spans():
     return OpSpans()
 
 
+# Records the flight recorder writes into a trace besides the events the recorder took.
+FLIGHT_RECORDS = frozenset({"step_summary", "checkpoint", "checkpoint_segment", "checkpoint_block",
+                            "checkpoint_external", "resolve"})
+
+
 def scratch_analysis(trace: str, spans: list[tuple[int, int]]) -> dict:
     """Replays the tracked trace's CPU blocks: the peak with every block (equal to the
     report's), the kernel-internal scratch live at that peak (total, and each block with the
@@ -111,7 +116,16 @@ def scratch_analysis(trace: str, spans: list[tuple[int, int]]) -> dict:
         return spans[i][2] if i >= 0 and spans[i][0] <= alloc_seq and free_seq < spans[i][1] \
             else None
 
-    events = [e for e in _C.read_events(trace) if e["kind"] in ("alloc", "free")]
+    # The sequence numbers the recorder gave (the spans'): the trace's records without the ones
+    # its flight recorder added to the file (step summaries, docs/trace_format.md "Version 4").
+    events = []
+    recorded = 0
+    for e in _C.read_events(trace):
+        if e["kind"] in FLIGHT_RECORDS:
+            continue
+        if e["kind"] in ("alloc", "free"):
+            events.append(dict(e, seq=recorded))
+        recorded += 1
     born: dict[int, int] = {}  # address -> sequence number of its live block's alloc
     is_scratch: dict[int, str | None] = {}  # alloc sequence number -> op it was scratch of
     for e in events:
