@@ -89,7 +89,7 @@ def control(args: argparse.Namespace) -> dict[str, Any]:
 
 def long_run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     trainer = Trainer()
-    trace = tmp / "long.rstrace"
+    trace = args.keep_trace or tmp / "long.rstrace"
     sizes: list[int] = []
     rss_at: dict[str, int] = {}
     t0 = time.perf_counter()
@@ -216,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clock", choices=("wall", "thread"), default="wall",
                     help="how the overhead part times a step: wall time, or the training thread's CPU "
                          "time (with --threads 1: what a busy machine's other jobs do not change)")
+    ap.add_argument("--keep-trace", type=Path, default=None, metavar="PATH",
+                    help="write the long run's trace to PATH and keep it (default: a temporary file)")
     ap.add_argument("--no-control", action="store_true", help="skip the untracked run of the same steps")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
