@@ -77,13 +77,14 @@ install_test_tools() {
 
   # The frameworks of the integrations' tests (docs/integrations.md): Hugging Face transformers and
   # accelerate, Lightning (both of its packages), TensorBoard, pytest-xdist, IPython (a notebook's
-  # cell), diffusers and PEFT (the field trials, tests/python/field), and DeepSpeed (ZeRO 1-3 on
-  # its CPU accelerator, docs/distributed.md). Pinned versions,
+  # cell), diffusers and PEFT (the field trials, tests/python/field), DeepSpeed (ZeRO 1-3 on
+  # its CPU accelerator, docs/distributed.md), rich (ridgescope watch's terminal view) and pexpect
+  # (its pseudo-terminal test). Pinned versions,
   # installed with torch held where step 3 put it (a pip constraint: pip may never replace torch
   # for them). The tests build their models from configs: no model hub is used.
   integrations=(transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6 pytorch-lightning==2.6.6
                 tensorboard==2.21.0 pytest-xdist==3.8.0 ipython==9.18.1 diffusers==0.42.1 peft==0.21.2
-                deepspeed==0.19.8)
+                deepspeed==0.19.8 rich==15.0.0 pexpect==4.9.0)
   pinned='import sys; from importlib.metadata import version; sys.exit(any(version(s.split("==")[0]) != s.split("==")[1] for s in sys.argv[1:]))'
   if ! "$py" -c "$pinned" "${integrations[@]}" 2>/dev/null; then
     log "installing the integrations' frameworks: ${integrations[*]}"

@@ -96,7 +96,9 @@ bool FlightFile::rewrite(const Keep& keep, const WindowEnd& window_end) {
   }
   std::vector<Piece> kept;
   std::uint64_t size = trace_format::kFileHeaderBytes;
-  std::vector<char> buffer(1u << 20);
+  // Below glibc's default mmap threshold (128 KiB): a larger buffer would be mmapped, and its
+  // free would raise the threshold of the whole (the user's) process to its size.
+  std::vector<char> buffer(64u << 10);
   bool ok = true;
   std::int64_t last_step = kKept;
   auto add = [&](std::uint64_t bytes, std::int64_t step) {

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             from rich.console import Console
             from rich.live import Live
-        except ImportError:  # rich is a dependency; a broken install still gets the plain view
+        except ImportError:  # rich is optional (ridgescope[watch]): without it, the plain view
             fancy = False
     started = time.monotonic()
     title = f"ridgescope watch {args.trace}"

@@ -43,12 +43,12 @@ def test_importing_and_reporting_imports_no_framework(tmp_path):
 
 
 def test_the_extras_name_the_frameworks():
-    """Given pyproject.toml, then each extra names its framework, and torch stays the only
-    required dependency."""
+    """Given pyproject.toml, then each extra names its framework (and `watch` the terminal UI
+    library of ridgescope watch's view), and torch stays the only required dependency."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = {k: [r.split(">")[0].split("=")[0] for r in v]
               for k, v in project["optional-dependencies"].items()}
     assert extras == {"transformers": ["transformers", "accelerate"], "lightning": ["lightning"],
-                      "tensorboard": ["tensorboard"]}
+                      "tensorboard": ["tensorboard"], "watch": ["rich"]}
     assert [d.split(">")[0] for d in project["dependencies"]] == ["torch"]
     assert project["entry-points"]["pytest11"] == {"ridgescope": "pytest_ridgescope"}
