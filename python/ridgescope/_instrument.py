@@ -28,6 +28,7 @@ from . import _compile, _model_info
 from ._data import DatasetRegistrar
 from ._models import Models
 from ._tagging import Tagging
+from ._undo import remove_all
 from .distributed import DistributedTracking
 
 # Pushed on the module call stack for the outermost call of a model other than the root.
@@ -473,15 +474,7 @@ class Instrumentation(Tagging):
                 extension.remove()
             except Exception:
                 pass
-        for handle in self._handles:
-            try:
-                handle.remove()
-            except Exception:
-                pass
-        self._handles.clear()
-        for restore in reversed(self._restore):
-            restore()
-        self._restore.clear()
+        remove_all(self._handles, self._restore)
         self.models.remove()
         self.distributed.remove()
         if self._saved_hooks is not None:

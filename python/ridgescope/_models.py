@@ -40,6 +40,7 @@ import torch
 
 from . import _compile
 from ._model_frames import FrameScanner, Found
+from ._undo import remove_all
 
 MAX_MODELS = 64
 
@@ -456,15 +457,7 @@ class Models:
         return list(self._handles)
 
     def remove(self) -> None:
-        for h in self._handles:
-            try:
-                h.remove()
-            except Exception:
-                pass
-        self._handles.clear()
-        for restore in reversed(self._restore):
-            restore()
-        self._restore.clear()
+        remove_all(self._handles, self._restore)
 
     def _on_made(self, module: torch.nn.Module, frame: Any) -> None:
         if module not in self._created:

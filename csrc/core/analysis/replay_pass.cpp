@@ -318,17 +318,9 @@ void ReplayPass::on_checkpoint(const Checkpoint& c) {
     return;
   }
   // The window before ends: its open phases and step end where its events end.
-  for (std::size_t j = open_phases_.size(); j-- > 0;) close_phase(j, last_time_, false);
-  open_phases_.clear();
+  end_open_phases_and_step();
   phase_stack_.clear();
-  if (step_open_) {
-    StepStats& s = report_.steps.back();
-    s.end_bytes = ledger_.live_bytes();
-    s.end_by_category = ledger_.by_category();
-    s.end_time_ns = last_time_;
-    s.complete = false;
-    step_open_ = false;
-  }
+  step_open_ = false;
   if (!report_.steps.empty() || next_block_id_ > 0) report_.timeline.gaps.emplace_back(last_time_, c.time_ns);
   ledger_ = Ledger();
   alloc_step_.clear();
@@ -494,15 +486,21 @@ void ReplayPass::capture_peak(const Event& e) {
   if (peak.by_label.size() > options_.top_labels) peak.by_label.resize(options_.top_labels);
 }
 
-void ReplayPass::finish() {
+void ReplayPass::end_open_phases_and_step() {
   for (std::size_t j = open_phases_.size(); j-- > 0;) close_phase(j, last_time_, false);
   open_phases_.clear();
+  if (!step_open_) return;
+  StepStats& s = report_.steps.back();
+  s.end_bytes = ledger_.live_bytes();
+  s.end_by_category = ledger_.by_category();
+  s.end_time_ns = last_time_;
+  s.complete = false;
+}
+
+void ReplayPass::finish() {
+  end_open_phases_and_step();
   if (step_open_) {
-    StepStats& s = report_.steps.back();
-    s.end_bytes = ledger_.live_bytes();
-    s.end_by_category = ledger_.by_category();
-    s.end_time_ns = last_time_;
-    s.complete = false;
+    const StepStats& s = report_.steps.back();
     // A trailing step with nothing in it (the loop ended right after a step) says nothing.
     if (s.phases.empty() && s.peak_bytes == s.start_bytes) report_.steps.pop_back();
   }

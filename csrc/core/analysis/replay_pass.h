@@ -73,6 +73,8 @@ class ReplayPass {
   std::string fallback_label(const LiveBlock& b) const;
   void capture_peak(const Event& e);
   bool id_inferred(std::uint64_t id) const { return id < resolved_.size() && resolved_[id].inferred; }
+  // The phases and the step still open end where the events end (a window's end, the trace's).
+  void end_open_phases_and_step();
   void finish();
   // The state as of the last event at or before the probe instant.
   void take_probe();
