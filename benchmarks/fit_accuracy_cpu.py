@@ -97,11 +97,6 @@ def op_spans():
     return OpSpans()
 
 
-# Records the flight recorder writes into a trace besides the events the recorder took.
-FLIGHT_RECORDS = frozenset({"step_summary", "checkpoint", "checkpoint_segment", "checkpoint_block",
-                            "checkpoint_external", "resolve"})
-
-
 def scratch_analysis(trace: str, spans: list[tuple[int, int]]) -> dict:
     """Replays the tracked trace's CPU blocks: the peak with every block (equal to the
     report's), the kernel-internal scratch live at that peak (total, and each block with the
@@ -121,7 +116,7 @@ def scratch_analysis(trace: str, spans: list[tuple[int, int]]) -> dict:
     events = []
     recorded = 0
     for e in _C.read_events(trace):
-        if e["kind"] in FLIGHT_RECORDS:
+        if e.get("flight"):
             continue
         if e["kind"] in ("alloc", "free"):
             events.append(dict(e, seq=recorded))

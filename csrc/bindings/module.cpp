@@ -47,6 +47,7 @@ py::list read_events(const std::string& path, std::size_t limit) {
     py::dict d;
     d["seq"] = e.seq;
     d["kind"] = std::string(ridgescope::event_kind_name(e.kind));
+    d["flight"] = ridgescope::is_flight_record(e.kind);  // written by the flight recorder, not recorded
     d["time_ns"] = e.time_ns;
     d["device"] = ridgescope::device_name(e.device);
     d["addr"] = e.addr;

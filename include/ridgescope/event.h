@@ -53,6 +53,14 @@ enum class EventKind : std::uint8_t {
 
 std::string_view event_kind_name(EventKind kind) noexcept;
 
+// A record the flight recorder's sink writes into the file itself (time bases, step summaries,
+// checkpoints, resolutions: kinds 66-72), not an event the Recorder was given.
+inline bool is_flight_record(std::uint8_t kind) noexcept {
+  return kind >= static_cast<std::uint8_t>(EventKind::TimeBase) &&
+         kind <= static_cast<std::uint8_t>(EventKind::CheckpointExternal);
+}
+inline bool is_flight_record(EventKind kind) noexcept { return is_flight_record(static_cast<std::uint8_t>(kind)); }
+
 enum class DeviceType : std::uint8_t { CPU = 0, CUDA = 1 };
 
 struct Device {

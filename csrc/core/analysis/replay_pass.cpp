@@ -498,6 +498,7 @@ void ReplayPass::end_open_phases_and_step() {
 }
 
 void ReplayPass::finish() {
+  if (applying_) device_ledger_.end_restating(current_step_);  // the trace ended in a checkpoint
   end_open_phases_and_step();
   if (step_open_) {
     const StepStats& s = report_.steps.back();

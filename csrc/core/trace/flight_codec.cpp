@@ -143,8 +143,7 @@ void encode_resolve(Device device, std::uint64_t addr, Category category, std::u
 }
 
 bool is_flight_kind(std::uint8_t kind, std::uint32_t version) {
-  return version >= trace_format::kFirstFlightVersion && kind >= static_cast<std::uint8_t>(EventKind::TimeBase) &&
-         kind <= static_cast<std::uint8_t>(EventKind::CheckpointExternal);
+  return version >= trace_format::kFirstFlightVersion && is_flight_record(kind);
 }
 
 bool decode_flight_record(std::uint8_t kind, std::string_view body, CodecClock& clock, Event* e,
