@@ -8,7 +8,7 @@
 // a forward hook); it never throws (an error returns no buckets and says why).
 //
 // Header-only: c10d's reducer.hpp is among the costliest headers to compile, and the module's
-// bindings (csrc/bindings/distributed_bindings.h) include it already, so the one translation
+// bindings (csrc/bindings/distributed_bindings.cpp) include it already, so the one translation
 // unit that includes this header parses it once.
 #pragma once
 

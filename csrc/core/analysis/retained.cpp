@@ -146,7 +146,11 @@ std::optional<RetainedGrowth> RetentionDetector::result(FrameTable& frames) cons
   const ReportFrame* frame = latest.frame >= 0 ? &frames.frame(latest.frame) : nullptr;
   c.site = latest.site;
   if (frame != nullptr && (frame->kind == FrameKind::Python || frame->kind == FrameKind::Native)) {
-    c.location = format_site(ReportFrame{frame->kind, frame->file, frame->line, "", ""});
+    ReportFrame where;  // the file and line alone: the function is the candidate's own field
+    where.kind = frame->kind;
+    where.file = frame->file;
+    where.line = frame->line;
+    c.location = format_site(where);
     c.function = frame->function;
   }
   c.category = latest.category;

@@ -1,10 +1,17 @@
-// flight_bindings.h — ridgescope._C's flight recorder conversions (docs/long-runs.md):
+// flight_bindings.cpp — ridgescope._C's flight recorder conversions (docs/long-runs.md):
 // `compact_trace(in, out, keep_steps)`, `read_summaries(path)` and `TraceFollower(path)` (whose
 // poll() returns the live view as a dict, for `ridgescope watch`). Conversions only.
-#pragma once
 
-#include <torch/extension.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
+#include <array>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
 #include "ridgescope/category.h"
 #include "ridgescope/flight.h"
 #include "ridgescope/report.h"
@@ -12,7 +19,7 @@
 
 namespace ridgescope_bindings {
 
-inline pybind11::dict summary_dict(const ridgescope::StepSummary& s, const std::function<std::string(std::uint32_t)>& text) {
+static pybind11::dict summary_dict(const ridgescope::StepSummary& s, const std::function<std::string(std::uint32_t)>& text) {
   namespace py = pybind11;
   py::dict d;
   d["step"] = s.step;
@@ -40,7 +47,7 @@ inline pybind11::dict summary_dict(const ridgescope::StepSummary& s, const std::
   return d;
 }
 
-inline pybind11::dict categories_dict(const std::array<std::uint64_t, ridgescope::kCategoryCount>& bytes) {
+static pybind11::dict categories_dict(const std::array<std::uint64_t, ridgescope::kCategoryCount>& bytes) {
   pybind11::dict by;
   for (std::size_t i = 0; i < ridgescope::kCategoryCount; ++i) {
     by[pybind11::str(std::string(ridgescope::category_name(static_cast<ridgescope::Category>(i))))] = bytes[i];
@@ -48,7 +55,7 @@ inline pybind11::dict categories_dict(const std::array<std::uint64_t, ridgescope
   return by;
 }
 
-inline void bind_flight(pybind11::module_& m) {
+void bind_flight(pybind11::module_& m) {
   namespace py = pybind11;
   m.def(
       "compact_trace",

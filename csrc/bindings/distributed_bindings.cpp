@@ -1,16 +1,21 @@
-// distributed_bindings.h — ridgescope._C's distributed conversions (docs/distributed.md):
+// distributed_bindings.cpp — ridgescope._C's distributed conversions (docs/distributed.md):
 // `ddp_buckets(reducer)` turns torch's own `torch._C._distributed_c10d.Reducer` object (DDP's
 // `ddp.reducer`) into a list of (index, bucket tensor, [parameters]). Conversions only.
-#pragma once
 
-#include <torch/extension.h>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
+#include <torch/csrc/utils/pybind.h>
 
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "bindings.h"
 #include "ddp_reducer.h"
 
 namespace ridgescope_bindings {
 
-inline void bind_distributed(pybind11::module_& m) {
+void bind_distributed(pybind11::module_& m) {
   namespace py = pybind11;
   m.def("ddp_buckets", [](py::handle reducer) {
     // The reducer is a pybind11 object of torch's own module, held by shared_ptr; casting it

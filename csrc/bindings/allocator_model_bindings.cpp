@@ -1,9 +1,8 @@
-// allocator_model_bindings.h — pybind11 conversions for ridgescope/allocator_model.h
+// allocator_model_bindings.cpp — pybind11 conversions for ridgescope/allocator_model.h
 // (_C.AllocatorModel, _C.parse_alloc_conf, _C.simulate_allocator, _C.replay_allocator_actions).
-// Included once by module.cpp; the logic is in csrc/core/allocator/, the policy in
+// the logic is in csrc/core/allocator/, the policy in
 // python/ridgescope/_allocator_model.py. A bad settings string raises ValueError with the
 // parser's message.
-#pragma once
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -11,13 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "bindings.h"
 #include "ridgescope/allocator_model.h"
 
 namespace ridgescope_bindings {
 
 namespace py = pybind11;
 
-inline ridgescope::AllocatorSettings allocator_settings_from(const std::string& text,
+static ridgescope::AllocatorSettings allocator_settings_from(const std::string& text,
                                                              std::uint64_t capacity) {
   ridgescope::AllocatorSettings s;
   std::string error;
@@ -26,7 +26,7 @@ inline ridgescope::AllocatorSettings allocator_settings_from(const std::string& 
   return s;
 }
 
-inline py::dict allocator_settings_dict(const ridgescope::AllocatorSettings& s) {
+static py::dict allocator_settings_dict(const ridgescope::AllocatorSettings& s) {
   py::dict d;
   d["alloc_conf"] = ridgescope::format_allocator_settings(s);
   d["max_split_size"] = s.max_split_size_bytes;  // 0 = unlimited
@@ -42,7 +42,7 @@ inline py::dict allocator_settings_dict(const ridgescope::AllocatorSettings& s) 
   return d;
 }
 
-inline py::dict allocator_stats_dict(const ridgescope::AllocatorStats& st) {
+static py::dict allocator_stats_dict(const ridgescope::AllocatorStats& st) {
   py::dict d;
   d["allocated_bytes"] = st.allocated_bytes;
   d["requested_bytes"] = st.requested_bytes;
@@ -67,7 +67,7 @@ inline py::dict allocator_stats_dict(const ridgescope::AllocatorStats& st) {
   return d;
 }
 
-inline py::list allocator_segment_events_list(
+static py::list allocator_segment_events_list(
     const std::vector<ridgescope::AllocatorSegmentEvent>& events) {
   py::list out;
   for (const auto& e : events) {
@@ -82,7 +82,7 @@ inline py::list allocator_segment_events_list(
   return out;
 }
 
-inline py::dict replay_result_dict(const ridgescope::ReplayResult& r) {
+static py::dict replay_result_dict(const ridgescope::ReplayResult& r) {
   py::dict d;
   d["settings"] = allocator_settings_dict(r.settings);
   d["actions"] = r.actions;
@@ -116,7 +116,7 @@ inline py::dict replay_result_dict(const ridgescope::ReplayResult& r) {
   return d;
 }
 
-inline ridgescope::AllocatorAction::Kind allocator_action_kind(const std::string& name) {
+static ridgescope::AllocatorAction::Kind allocator_action_kind(const std::string& name) {
   using K = ridgescope::AllocatorAction::Kind;
   if (name == "alloc") return K::Alloc;
   if (name == "free" || name == "free_completed") return K::Free;
@@ -128,7 +128,7 @@ inline ridgescope::AllocatorAction::Kind allocator_action_kind(const std::string
                         "segment_map, segment_free or segment_unmap)");
 }
 
-inline void bind_allocator_model(py::module_& m) {
+void bind_allocator_model(py::module_& m) {
   using ridgescope::AllocatorModel;
   py::class_<AllocatorModel>(m, "AllocatorModel")
       .def(py::init([](const std::string& settings, std::uint64_t capacity) {

@@ -1,0 +1,187 @@
+// session_bindings.cpp — ridgescope._C.Session (the tracking session of csrc/torch), its
+// saved-tensor hooks as plain C functions, the allocator sources' probes and the Python frame
+// readers. Conversions only. The one part (with distributed_bindings.cpp) that parses torch's
+// Python headers: the tensor casters and THPVariable.
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ridgescope/flight.h"
+#include "bindings.h"
+#include "cpu_allocator_source.h"
+#include "cuda_allocator_source.h"
+#include "cupti_source.h"
+#include "host_memory_source.h"
+#include "python_frames.h"
+#include "python_locals.h"
+#include "site_capture.h"
+#include "tracking_session.h"
+
+namespace py = pybind11;
+using ridgescope::sources::TrackingSession;
+using ridgescope_bindings::to_category;
+
+namespace {
+
+// The saved-tensor hooks as plain CPython functions (METH_O): torch calls them for every tensor
+// saved for backward (pack) and every use of one in backward (unpack); a pybind11 method's
+// dispatch costs more than the work. The pack hook's self is a capsule holding the session,
+// which also keeps the Python session object alive as long as torch holds the hook.
+constexpr const char* kSessionCapsule = "ridgescope.TrackingSession";
+
+PyObject* pack_saved(PyObject* capsule, PyObject* tensor) {
+  auto* session = static_cast<TrackingSession*>(PyCapsule_GetPointer(capsule, kSessionCapsule));
+  if (session == nullptr) return nullptr;
+  try {
+    if (THPVariable_Check(tensor)) session->on_saved_tensor(THPVariable_Unpack(tensor));
+  } catch (...) {
+    PyErr_Clear();  // not a tensor we can read: saved as it is, untagged
+  }
+  Py_INCREF(tensor);
+  return tensor;
+}
+
+PyObject* unpack_saved(PyObject*, PyObject* packed) {
+  Py_INCREF(packed);
+  return packed;
+}
+
+PyMethodDef kPackSaved = {"pack_saved", pack_saved, METH_O, "ridgescope's saved-tensor pack hook"};
+PyMethodDef kUnpackSaved = {"unpack_saved", unpack_saved, METH_O, "the identity: ridgescope's unpack hook"};
+
+void release_session(PyObject* capsule) {
+  Py_XDECREF(static_cast<PyObject*>(PyCapsule_GetContext(capsule)));
+}
+
+py::tuple saved_tensor_hooks(py::object session) {
+  TrackingSession& s = session.cast<TrackingSession&>();
+  PyObject* capsule = PyCapsule_New(&s, kSessionCapsule, release_session);
+  if (capsule == nullptr) throw py::error_already_set();
+  PyCapsule_SetContext(capsule, session.inc_ref().ptr());
+  py::object self = py::reinterpret_steal<py::object>(capsule);
+  py::object pack = py::reinterpret_steal<py::object>(PyCFunction_New(&kPackSaved, self.ptr()));
+  py::object unpack = py::reinterpret_steal<py::object>(PyCFunction_New(&kUnpackSaved, nullptr));
+  if (!pack || !unpack) throw py::error_already_set();
+  return py::make_tuple(pack, unpack);
+}
+
+}  // namespace
+
+void ridgescope_bindings::bind_session(py::module_& m) {
+  py::list stack_modes;
+  for (auto mode : {ridgescope::sources::StackMode::Site, ridgescope::sources::StackMode::Python,
+                    ridgescope::sources::StackMode::All, ridgescope::sources::StackMode::Off}) {
+    stack_modes.append(ridgescope::sources::stack_mode_name(mode));
+  }
+  m.attr("STACK_MODES") = py::tuple(stack_modes);  // rs.track(stacks=...), the default first
+
+  m.def("_cpu_allocator_installed", &ridgescope::sources::cpu_allocator_source_installed,
+        "Whether ridgescope's tracking CPU allocator is registered now (for tests).");
+  m.def("_cuda_source_compiled", &ridgescope::sources::cuda_source_compiled,
+        "Whether this build has the CUDA caching-allocator source (torch had CUDA at build time).");
+  m.def("_cupti_source_compiled", &ridgescope::sources::cupti_source_compiled,
+        "Whether this build has the CUPTI source (CUPTI's headers were found at build time).");
+  m.def(
+      "_resident_part",
+      [](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& blocks) {
+        std::vector<unsigned char> pages;
+        return ridgescope::sources::resident_part(blocks, pages);
+      },
+      py::arg("blocks"),
+      "The bytes of (address, bytes) ranges whose pages are resident (mincore; the host source's rule).");
+  m.def("_cuda_workspace_tags_compiled", &ridgescope::sources::cuda_workspace_tags_compiled,
+        "Whether this build reads torch's cuBLAS workspace maps (workspace blocks are tagged).");
+  m.def("_cuda_allocator_backend", &ridgescope::sources::cuda_allocator_backend,
+        "The CUDA allocator backend ('native', 'cudaMallocAsync'), or '' without CUDA.");
+  m.def("_cuda_source_stats", &ridgescope::sources::cuda_source_stats_json,
+        "The CUDA source's counters as JSON text (for tests and the GPU check).");
+  m.def("_cpu_live_bytes", &ridgescope::sources::cpu_live_bytes,
+        "The CPU source's own count of live bytes in the running session (for tests).");
+
+  m.def("configure_python_frames", &ridgescope::sources::configure_python_frames,
+        py::arg("library_roots"), py::arg("stdlib_roots"),
+        "Set which files are library code for allocation sites and install the Python frame "
+        "walker after checking it on this thread; returns '' or why Python frames are not read.");
+
+  m.def("frame_locals",
+        [](py::object frame) -> py::object {
+          PyObject* out = ridgescope::sources::frame_locals(frame.ptr());
+          if (out == nullptr) throw py::error_already_set();
+          return py::reinterpret_steal<py::object>(out);
+        },
+        py::arg("frame"),
+        "The (name, value) pairs of a running frame's locals, without the snapshot f_locals "
+        "keeps (python_locals.h); None where this build does not read them.");
+  m.def("frame_locals_status", &ridgescope::sources::frame_locals_status,
+        "'' when frame_locals reads this interpreter's frames, else why not.");
+
+  py::class_<TrackingSession>(m, "Session")
+      .def(py::init([](const std::string& path, std::uint64_t capacity, const std::string& stacks,
+                       std::uint64_t keep_steps, bool host_memory) {
+             ridgescope::sources::StackMode mode;
+             if (!ridgescope::sources::parse_stack_mode(stacks, &mode)) {
+               throw py::value_error("stacks must be 'site', 'python', 'all' or 'none', got '" + stacks + "'");
+             }
+             ridgescope::FlightOptions flight;
+             flight.keep_steps = keep_steps;
+             return std::make_unique<TrackingSession>(path, capacity, mode, flight, host_memory);
+           }),
+           py::arg("path"), py::arg("capacity") = 0, py::arg("stacks") = "site", py::arg("keep_steps") = 0,
+           py::arg("host_memory") = true)
+      .def_property_readonly("keep_steps", &TrackingSession::keep_steps)
+      .def("mark", &TrackingSession::mark)
+      .def("stop", &TrackingSession::stop, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("active", &TrackingSession::active)
+      .def_property_readonly("degraded", &TrackingSession::degraded)
+      .def_property_readonly("error", &TrackingSession::error)
+      .def_property_readonly("path", &TrackingSession::path)
+      .def("start_driver_view", &TrackingSession::start_driver_view, py::arg("interval_ms") = 100)
+      .def("start_cuda", &TrackingSession::start_cuda, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("cuda_started", &TrackingSession::cuda_started)
+      .def("start_cupti", &TrackingSession::start_cupti, py::call_guard<py::gil_scoped_release>())
+      .def("set_host_memory", &TrackingSession::set_host_memory, py::arg("on"))
+      .def("flush", &TrackingSession::flush, py::call_guard<py::gil_scoped_release>())
+      .def("intern", &TrackingSession::intern)
+      .def("metadata", &TrackingSession::metadata)
+      .def("phase_begin", &TrackingSession::phase_begin)
+      .def("phase_end", &TrackingSession::phase_end)
+      .def("step", &TrackingSession::step)
+      .def("sample_allocator", &TrackingSession::sample_allocator)
+      .def("tag",
+           [](TrackingSession& s, const at::Tensor& t, const std::string& category,
+              std::uint32_t label, bool weak) { s.tag_tensor(t, to_category(category), label, weak); },
+           py::arg("tensor"), py::arg("category"), py::arg("label") = 0, py::arg("weak") = false)
+      .def("register",
+           [](TrackingSession& s, const at::Tensor& t, const std::string& category,
+              std::uint32_t label, bool weak) { return s.register_tensor(t, to_category(category), label, weak); },
+           py::arg("tensor"), py::arg("category"), py::arg("label") = 0, py::arg("weak") = false)
+      .def("pack_saved",
+           [](TrackingSession& s, const at::Tensor& t) { return s.on_saved_tensor(t); })
+      .def("saved_tensor_hooks", &saved_tensor_hooks,
+           "(pack, unpack): the saved-tensor hooks as plain C functions (pack tags activations)")
+      .def("watch_parameters", &TrackingSession::watch_parameters)
+      .def("tag_gradients", &TrackingSession::tag_gradients)
+      .def("enter_module", &TrackingSession::enter_module, py::arg("activation_label"),
+           py::arg("context") = 0)
+      .def("exit_module", &TrackingSession::exit_module)
+      .def("degrade", &TrackingSession::degrade)
+      .def("inject_fault", &TrackingSession::inject_fault)
+      .def("stats", [](const TrackingSession& s) {
+        const auto st = s.stats();
+        py::dict d;
+        d["events"] = st.events;
+        d["dropped_events"] = st.dropped_events;
+        d["bytes_written"] = st.bytes_written;
+        d["chunks_written"] = st.chunks_written;
+        d["file_bytes"] = st.file_bytes;
+        d["buffer_bytes_peak"] = st.buffer_bytes_peak;
+        return d;
+      });
+}
