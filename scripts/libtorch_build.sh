@@ -3,7 +3,7 @@
 # scripts/test.sh runs it:
 #   1. the libtorch: the CPU wheel of torch 2.13.0 (`pip download`, from the machine's wheel
 #      cache), unpacked with unzip, never installed, into build/libtorch-2.13.0 (kept between runs);
-#   2. from clean build directories, with python trapped on PATH (any run of it fails the
+#   2. in build directories configured once (clean the first time), with python trapped on PATH (any run of it fails the
 #      script) and -DPython_EXECUTABLE=/nonexistent (any Python lookup fails the configure):
 #      configure ridgescope with RIDGESCOPE_BUILD_PYTHON=OFF and only CMAKE_PREFIX_PATH pointing
 #      at the libtorch's share/cmake, build, install into build/libtorch-install;
@@ -38,17 +38,22 @@ export PATH="$trap_dir:$PATH"
 unset PYTHONPATH
 no_python=(-DPython_EXECUTABLE=/nonexistent -DPython3_EXECUTABLE=/nonexistent)
 
-rm -rf build/libtorch build/libtorch-install build/convnet
-cmake -S . -B build/libtorch -G Ninja -DCMAKE_BUILD_TYPE=Release -DRIDGESCOPE_BUILD_PYTHON=OFF \
-  -DCMAKE_PREFIX_PATH="$root/$libtorch/torch/share/cmake" "${no_python[@]}" --no-warn-unused-cli \
-  -DCMAKE_INSTALL_PREFIX="$root/build/libtorch-install" >build/libtorch.configure.log 2>&1 \
-  || { cat build/libtorch.configure.log; exit 1; }
+# Configured once, from a clean folder (its log kept for the line below); later runs rebuild
+# what changed (CMake re-configures by itself, still without Python, when a CMakeLists or a
+# config file changes).
+if [[ ! -f build/libtorch/build.ninja ]]; then
+  rm -rf build/libtorch build/libtorch-install build/convnet
+  cmake -S . -B build/libtorch -G Ninja -DCMAKE_BUILD_TYPE=Release -DRIDGESCOPE_BUILD_PYTHON=OFF \
+    -DCMAKE_PREFIX_PATH="$root/$libtorch/torch/share/cmake" "${no_python[@]}" --no-warn-unused-cli \
+    -DCMAKE_INSTALL_PREFIX="$root/build/libtorch-install" >build/libtorch.configure.log 2>&1 \
+    || { rm -rf build/libtorch; cat build/libtorch.configure.log; exit 1; }
+fi
 grep 'ridgescope: torch' build/libtorch.configure.log
 cmake --build build/libtorch
 cmake --install build/libtorch >/dev/null
 
 # 3. A consumer that knows only the install prefix.
-cmake -S examples/cpp_convnet -B build/convnet -G Ninja -DCMAKE_BUILD_TYPE=Release \
+[[ -f build/convnet/build.ninja ]] || cmake -S examples/cpp_convnet -B build/convnet -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$root/build/libtorch-install" "${no_python[@]}" --no-warn-unused-cli >/dev/null
 cmake --build build/convnet
 (cd build/convnet && ./train_convnet --out run)

@@ -7,8 +7,8 @@
 # One build tree, build/py, holds the Python module (scripts/setup.sh builds it), the core tests,
 # libridgescope and its tests: each core and torch-layer source is compiled once there. The
 # other trees exist because what they check needs them (no torch; a consumer of the installed
-# package; add_subdirectory; another libtorch); they start clean and ccache serves them the
-# objects build/py already compiled. Build folders are kept between runs.
+# package; add_subdirectory; another libtorch); ccache serves them the objects build/py already
+# compiled. Build folders are kept between runs: each is configured once, then rebuilt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -36,12 +36,13 @@ cmake -S . -B build/core -G Ninja -DRIDGESCOPE_BUILD_TORCH=OFF -DRIDGESCOPE_BUIL
 cmake --build build/core
 ctest --test-dir build/core --output-on-failure
 
-section "C++ example trainer, from clean build directories: installed package, then add_subdirectory"
-rm -rf build/example build/example-src
-cmake -S examples/cpp -B build/example -G Ninja -DCMAKE_BUILD_TYPE=Release \
+section "C++ example trainer: installed package, then add_subdirectory"
+# Configured once (a clean folder the first time); later runs rebuild what changed: CMake
+# re-configures by itself when the package's config files or the example's CMakeLists change.
+[[ -f build/example/build.ninja ]] || cmake -S examples/cpp -B build/example -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -Dridgescope_DIR="$PWD/build/cpp-install/lib/cmake/ridgescope" >/dev/null
 cmake --build build/example
-cmake -S examples/cpp -B build/example-src -G Ninja -DCMAKE_BUILD_TYPE=Release \
+[[ -f build/example-src/build.ninja ]] || cmake -S examples/cpp -B build/example-src -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DRIDGESCOPE_SOURCE_DIR="$PWD" -DPython_EXECUTABLE="$PWD/.venv/bin/python" >/dev/null
 cmake --build build/example-src
 (cd build/example && ./train_mlp --out run --steps 2)
