@@ -1,7 +1,8 @@
-// bindings.h — the parts of ridgescope._C, one translation unit each (module.cpp calls them
-// in order), and the one conversion they share. Conversions only: the logic lives in csrc/core
-// and csrc/torch, the policy in python/ridgescope. Split so that the module's compile is
-// several parallel jobs, only two of which parse torch's Python headers.
+// bindings.h — the parts of ridgescope._C, one source file each (module.cpp calls them in
+// order), and the one conversion they share. Conversions only: the logic lives in csrc/core
+// and csrc/torch, the policy in python/ridgescope. The build joins the parts into one unity
+// translation unit (cmake/RidgescopeBindings.cmake), so names at file scope (anonymous
+// namespaces included) must be unique across the parts.
 #pragma once
 
 #include <pybind11/pybind11.h>
