@@ -24,21 +24,6 @@ struct Mallinfo2 {
 };
 using Mallinfo2Fn = Mallinfo2 (*)();
 
-bool read_file(const char* path, std::string* out) {
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buf[4096];
-  out->clear();
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n <= 0) break;
-    out->append(buf, static_cast<std::size_t>(n));
-    if (out->size() > (1u << 20)) break;  // /proc/self/status is a few KiB
-  }
-  ::close(fd);
-  return !out->empty();
-}
-
 constexpr std::uint64_t kMaxChunkPages = 16384;  // one mincore covers at most 64 MiB of 4 KiB pages
 constexpr std::uint64_t kMaxGapPages = 64;       // blocks this close share one mincore (the pages
                                                  // between them cost less than another call)
@@ -131,6 +116,51 @@ HostMemorySampler::HostMemorySampler(Recorder* recorder) : recorder_(recorder) {
   mallinfo2_ = dlsym(RTLD_DEFAULT, "mallinfo2");
 }
 
+HostMemorySampler::~HostMemorySampler() {
+  if (status_fd_ >= 0) ::close(status_fd_);
+  if (statm_fd_ >= 0) ::close(statm_fd_);
+}
+
+// The whole of a /proc file, read from its start through a descriptor kept open (a /proc file
+// is generated again at every read from offset 0). Reopened in a forked child: /proc/self was
+// resolved to the parent when it was opened.
+bool HostMemorySampler::read_proc(int* fd, const char* path, std::string* out) noexcept {
+  if (*fd < 0) *fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (*fd < 0) return false;
+  char buf[4096];
+  out->clear();
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(*fd, buf, sizeof buf, at);
+    if (n <= 0) break;
+    out->append(buf, static_cast<std::size_t>(n));
+    at += n;
+    if (out->size() > (1u << 20)) break;  // /proc/self/status is a few KiB
+  }
+  return !out->empty();
+}
+
+ProcStatus HostMemorySampler::read_status() noexcept {
+  const int pid = static_cast<int>(::getpid());
+  if (pid != pid_) {
+    if (status_fd_ >= 0) ::close(status_fd_);
+    if (statm_fd_ >= 0) ::close(statm_fd_);
+    status_fd_ = statm_fd_ = -1;
+    last_status_ = ProcStatus{};
+    pid_ = pid;
+  }
+  std::string text;
+  bool needed = true;
+  if (last_status_.ok && read_proc(&statm_fd_, "/proc/self/statm", &text)) {
+    const long page = ::sysconf(_SC_PAGESIZE);
+    const ProcStatus s = status_from_statm(parse_proc_statm(text), last_status_,
+                                           page > 0 ? static_cast<std::uint64_t>(page) : 0, &needed);
+    if (!needed) return s;
+  }
+  if (!read_proc(&status_fd_, "/proc/self/status", &text)) return {};
+  last_status_ = parse_proc_status(text);
+  return last_status_;
+}
+
 void HostMemorySampler::record_now() noexcept {
   try {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -160,9 +190,7 @@ void HostMemorySampler::record_now() noexcept {
     Mallinfo2 m{};
     if (mallinfo2_ != nullptr) m = reinterpret_cast<Mallinfo2Fn>(mallinfo2_)();
     // The resident set last, nearest to the moment the reading stands for.
-    std::string text;
-    if (!read_file("/proc/self/status", &text)) return;
-    const ProcStatus status = parse_proc_status(text);
+    const ProcStatus status = read_status();
     if (!status.ok) return;
     Event e;
     e.kind = EventKind::Sample;

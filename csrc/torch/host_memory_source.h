@@ -1,7 +1,7 @@
 // host_memory_source.h — the host's resident set at every phase end, for the three layers
 // of ridgescope/host_memory.h (docs/forensics.md, "Host memory: the three layers").
 //
-// record_now() reads /proc/self/status (VmRSS, RssAnon, RssFile, RssShmem), glibc's allocator
+// record_now() reads the resident set and its split (VmRSS, RssAnon, RssFile, RssShmem), glibc's allocator
 // counters (mallinfo2, resolved at run time: absent before glibc 2.33 or with another libc) and
 // the resident part of torch's live CPU blocks (mincore over each block's pages; a page shared
 // with another allocation counts only the block's own bytes of it; a block wholly resident at
@@ -10,7 +10,13 @@
 // synchronised with the training loop: a thread allocating meanwhile moves the figures by what
 // it allocates.
 //
-// Cost (docs/performance.md): one read of /proc/self/status, one mallinfo2 (it walks glibc's
+// The split comes from /proc/self/statm (resident and shared pages) while its shared part is
+// what the last /proc/self/status reading said, and from the status file when it moved
+// (status_from_statm, ridgescope/host_memory.h): the status file costs ~60 us to read in a
+// training process, statm a few. Both stay open (read with pread, reopened in a forked child).
+//
+// Cost (docs/performance.md): one read of /proc/self/statm (and of /proc/self/status when the
+// shared pages moved), one mallinfo2 (it walks glibc's
 // free lists), and one mincore per group of nearby torch blocks not known wholly resident (at
 // most 64 MiB of pages each). Not a hot path: it runs at the end of every phase, on the thread
 // that ends it.
@@ -19,10 +25,12 @@
 
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "ridgescope/host_memory.h"
 #include "ridgescope/recorder.h"
 
 namespace ridgescope::sources {
@@ -30,6 +38,9 @@ namespace ridgescope::sources {
 class HostMemorySampler {
  public:
   explicit HostMemorySampler(Recorder* recorder);
+  ~HostMemorySampler();
+  HostMemorySampler(const HostMemorySampler&) = delete;
+  HostMemorySampler& operator=(const HostMemorySampler&) = delete;
   void record_now() noexcept;
 
  private:
@@ -41,6 +52,12 @@ class HostMemorySampler {
   // Allocation serials (cpu_allocator_source.h) of the blocks wholly resident at the last
   // reading: they are not asked again.
   absl::flat_hash_set<std::uint64_t> full_;
+  // /proc/self/status and /proc/self/statm, open in process pid_ (-1: not yet, or not readable).
+  int status_fd_ = -1, statm_fd_ = -1;
+  int pid_ = -1;
+  ProcStatus last_status_;  // the last reading of the status file
+  bool read_proc(int* fd, const char* path, std::string* out) noexcept;
+  ProcStatus read_status() noexcept;
 };
 
 // A block whose resident bytes are asked: address and bytes in, resident bytes out; `tag` is

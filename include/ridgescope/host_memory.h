@@ -61,6 +61,24 @@ struct ProcStatus {
 // resident alone.
 ProcStatus parse_proc_status(std::string_view text) noexcept;
 
+// What /proc/self/statm says, in pages: the resident set and its shared part (RssFile +
+// RssShmem; the kernel's own sums, the same counters /proc/self/status reads). ok is false
+// when the text has not at least three numbers.
+struct ProcStatm {
+  bool ok = false;
+  std::uint64_t resident_pages = 0, shared_pages = 0;
+};
+ProcStatm parse_proc_statm(std::string_view text) noexcept;
+
+// A reading from /proc/self/statm (two counters, several times cheaper to read than the
+// status file) and the last /proc/self/status reading with the split: while the shared part
+// (file + shmem pages) is what that status reading said, the split is that reading's file and
+// shmem with anon = resident - shared, and *status_needed is false; otherwise (the shared part
+// moved, the last reading had no split, or statm is unreadable) *status_needed is true and the
+// result is not ok: the caller reads /proc/self/status instead. page_bytes is the page size.
+ProcStatus status_from_statm(const ProcStatm& statm, const ProcStatus& last, std::uint64_t page_bytes,
+                             bool* status_needed) noexcept;
+
 // One reading, in bytes. Absent figures were not available where it was taken.
 struct HostReading {
   std::uint64_t resident = 0;

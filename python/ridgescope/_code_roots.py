@@ -4,6 +4,7 @@ finder, so it lives in neither."""
 from __future__ import annotations
 
 import os
+import tempfile
 
 import torch
 

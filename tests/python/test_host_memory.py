@@ -22,13 +22,19 @@ MiB = 1 << 20
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and mincore are Linux's")
 
 
-def resident_set() -> int:
-    """VmRSS of this process, read here and not by ridgescope."""
+def status_bytes(key: str) -> int:
+    """A line of this process's /proc/self/status (VmRSS, RssFile, ...), read here and not by
+    ridgescope."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS in /proc/self/status")
+    raise AssertionError(f"no {key} in /proc/self/status")
+
+
+def resident_set() -> int:
+    """VmRSS of this process."""
+    return status_bytes("VmRSS")
 
 
 def end_of(rows: list[dict], phase: str) -> dict:
@@ -84,6 +90,38 @@ def test_memory_outside_pytorch_is_in_the_outside_layer_and_the_layers_sum_to_th
     assert h["samples"] == len(rows) == 5  # when tracking starts, at each phase's end, when it stops
     assert rows[0]["phase"] == rows[-1]["phase"] == "idle"
     del warm
+
+
+@linux
+def test_file_pages_mapped_in_a_phase_are_in_the_files_layer_of_its_reading(tmp_path):
+    # Given a phase that maps a 24 MiB file and reads every page of it (file-backed resident
+    # pages: the part of the resident set the source reads from /proc/self/status again when
+    # statm's shared pages moved), between phases that map nothing,
+    path = tmp_path / "pages.bin"
+    path.write_bytes(b"\1" * (24 * MiB))
+    files_after: dict[str, int] = {}
+    with rs.track(out=tmp_path / "run.rstrace") as session:
+        with rs.phase("before"):
+            warm = torch.ones(1024)
+        files_after["before"] = status_bytes("RssFile")
+        with rs.phase("mapped"):
+            with open(path, "rb") as f:
+                view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            touched = sum(view[i] for i in range(0, len(view), mmap.PAGESIZE))
+        files_after["mapped"] = status_bytes("RssFile")
+        with rs.phase("after"):
+            warm2 = torch.ones(1024)
+        files_after["after"] = status_bytes("RssFile")
+    rows = session.report().to_dict()["host_memory"]["rows"]
+    assert touched == len(view) // mmap.PAGESIZE
+    # then each reading's files layer is the kernel's RssFile right after its phase (1 MiB: the
+    # test's own reads of /proc), and the mapped phase's grew by the 24 MiB file.
+    for phase, rss_file in files_after.items():
+        assert abs(end_of(rows, phase)["outside"]["files_bytes"] - rss_file) <= 1 * MiB, phase
+    grown = end_of(rows, "mapped")["outside"]["files_bytes"] - end_of(rows, "before")["outside"]["files_bytes"]
+    assert abs(grown - 24 * MiB) <= 1 * MiB
+    view.close()
+    del warm, warm2
 
 
 def own_mapping_rss(addr: int, nbytes: int) -> int | None:

@@ -1,4 +1,4 @@
-// host_memory.cpp — /proc/self/status and the three layers of the resident set
+// host_memory.cpp — /proc/self/status and statm, and the three layers of the resident set
 // (include/ridgescope/host_memory.h).
 #include "ridgescope/host_memory.h"
 
@@ -38,6 +38,43 @@ ProcStatus parse_proc_status(std::string_view text) noexcept {
     else if (key == "RssShmem") shmem = kib_value(rest, &s.shmem);
   }
   if (!(anon && file && shmem)) s.anon = s.file = s.shmem = 0;  // all three or none
+  return s;
+}
+
+ProcStatm parse_proc_statm(std::string_view text) noexcept {
+  // "size resident shared text lib data dt", in pages.
+  std::uint64_t v[3] = {};
+  std::size_t i = 0;
+  for (int k = 0; k < 3; ++k) {
+    while (i < text.size() && text[i] == ' ') ++i;
+    if (i == text.size() || text[i] < '0' || text[i] > '9') return {};
+    for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+      if (v[k] > (UINT64_MAX / 65536 - 9) / 10) return {};  // no kernel reports such a size
+      v[k] = v[k] * 10 + static_cast<std::uint64_t>(text[i] - '0');
+    }
+  }
+  if (v[2] > v[1]) return {};  // the shared part is part of the resident set
+  ProcStatm m;
+  m.ok = true;
+  m.resident_pages = v[1];
+  m.shared_pages = v[2];
+  return m;
+}
+
+ProcStatus status_from_statm(const ProcStatm& statm, const ProcStatus& last, std::uint64_t page_bytes,
+                             bool* status_needed) noexcept {
+  *status_needed = true;
+  const bool split = last.ok && last.anon + last.file + last.shmem != 0;
+  if (!statm.ok || !split || page_bytes == 0) return {};
+  const std::uint64_t resident = statm.resident_pages * page_bytes, shared = statm.shared_pages * page_bytes;
+  if (shared != last.file + last.shmem) return {};
+  *status_needed = false;
+  ProcStatus s;
+  s.ok = true;
+  s.resident = resident;
+  s.anon = resident - shared;
+  s.file = last.file;
+  s.shmem = last.shmem;
   return s;
 }
 

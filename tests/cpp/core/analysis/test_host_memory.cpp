@@ -49,6 +49,69 @@ SCENARIO("/proc/self/status gives the resident set and its three kinds of pages"
   }
 }
 
+SCENARIO("/proc/self/statm stands in for the status file while the shared pages stay put", "[core][host]") {
+  GIVEN("a statm text, and the last status reading (anon 500 MiB, file 290 MiB, shmem 10 MiB)") {
+    // 4 KiB pages: 205,000 resident (about 801 MiB), 76,800 shared (300 MiB: 290 file + 10 shmem).
+    const ProcStatm m = parse_proc_statm("1234567 205000 76800 1000 0 300000 0\n");
+    ProcStatus last;
+    last.ok = true;
+    last.resident = 800 * MiB;
+    last.anon = 500 * MiB;
+    last.file = 290 * MiB;
+    last.shmem = 10 * MiB;
+    THEN("statm's resident and shared pages are read") {
+      CHECK(m.ok);
+      CHECK(m.resident_pages == 205000);
+      CHECK(m.shared_pages == 76800);
+    }
+    WHEN("the shared part is still file + shmem of the last status reading") {
+      bool needed = true;
+      const ProcStatus s = status_from_statm(m, last, 4096, &needed);
+      THEN("the split is the last one's files and shared memory, and anonymous is the rest") {
+        CHECK_FALSE(needed);
+        CHECK(s.ok);
+        CHECK(s.resident == 205000u * 4096u);
+        CHECK(s.file == 290 * MiB);
+        CHECK(s.shmem == 10 * MiB);
+        CHECK(s.anon == 205000u * 4096u - 300 * MiB);
+        CHECK(s.anon + s.file + s.shmem == s.resident);
+      }
+    }
+    WHEN("a file was mapped since (the shared part moved by one page)") {
+      bool needed = false;
+      const ProcStatus s = status_from_statm(parse_proc_statm("1 205001 76801 0 0 0 0"), last, 4096, &needed);
+      THEN("the status file must be read") {
+        CHECK(needed);
+        CHECK_FALSE(s.ok);
+      }
+    }
+    WHEN("the last status reading had no split (a kernel before 4.5), or there was none") {
+      ProcStatus old;
+      old.ok = true;
+      old.resident = 800 * MiB;
+      bool a = false, b = false;
+      status_from_statm(m, old, 4096, &a);
+      status_from_statm(m, ProcStatus{}, 4096, &b);
+      THEN("the status file is read every time") {
+        CHECK(a);
+        CHECK(b);
+      }
+    }
+  }
+  GIVEN("texts that are not statm files") {
+    THEN("they are refused") {
+      CHECK_FALSE(parse_proc_statm("").ok);
+      CHECK_FALSE(parse_proc_statm("12 34").ok);
+      CHECK_FALSE(parse_proc_statm("a b c").ok);
+      CHECK_FALSE(parse_proc_statm("10 5 6 0 0 0 0").ok);  // shared above resident
+      CHECK_FALSE(parse_proc_statm("1 99999999999999999999999 2").ok);
+      bool needed = false;
+      CHECK_FALSE(status_from_statm(ProcStatm{}, ProcStatus{true, 8 * MiB, 4 * MiB, 4 * MiB, 0}, 4096, &needed).ok);
+      CHECK(needed);
+    }
+  }
+}
+
 SCENARIO("a reading splits into PyTorch, the allocator's slack and everything else", "[core][host]") {
   GIVEN("800 MiB resident (500 anonymous, 290 file, 10 shared), torch's blocks of 300 MiB of which "
         "260 MiB resident, glibc holding 420 MiB in use and 30 MiB free") {
