@@ -10,28 +10,24 @@ std::int64_t FrameTable::index(std::uint32_t id) {
   if (id == 0) return -1;
   auto [it, inserted] = index_.try_emplace(id, static_cast<std::int64_t>(out_.size()));
   if (inserted) {
-    const FrameRecord f = reader_.frame(id);
-    ReportFrame r;
-    r.kind = f.kind;
-    r.file = std::string(reader_.string(f.file_id));
-    r.line = f.line;
-    r.function = std::string(reader_.string(f.function_id));
-    r.module = std::string(reader_.string(f.module_id));
-    out_.push_back(std::move(r));
+    out_.push_back(read_report_frame(reader_, id));
   }
   return it->second;
 }
 
-std::string FrameTable::site_text(std::uint32_t id) const {
-  if (id == 0) return {};
-  const FrameRecord f = reader_.frame(id);
+ReportFrame read_report_frame(const TraceReader& reader, std::uint32_t id) {
+  const FrameRecord f = reader.frame(id);
   ReportFrame r;
   r.kind = f.kind;
-  r.file = std::string(reader_.string(f.file_id));
+  r.file = std::string(reader.string(f.file_id));
   r.line = f.line;
-  r.function = std::string(reader_.string(f.function_id));
-  r.module = std::string(reader_.string(f.module_id));
-  return format_site(r);
+  r.function = std::string(reader.string(f.function_id));
+  r.module = std::string(reader.string(f.module_id));
+  return r;
+}
+
+std::string site_text(const TraceReader& reader, std::uint32_t id) {
+  return id == 0 ? std::string() : format_site(read_report_frame(reader, id));
 }
 
 std::string format_site(const ReportFrame& f) { return format_frame(f.kind, f.file, f.line, f.function, f.module); }

@@ -16,6 +16,13 @@
 
 namespace ridgescope::detail {
 
+// Trace frame `id` as a report frame: kind, file, line, function and module (not yet marked
+// library nor spelled: FrameTable::describe).
+ReportFrame read_report_frame(const TraceReader& reader, std::uint32_t id);
+// The site of trace frame `id` as a person reads it ("train.py:10 in train",
+// "MmBackward0 of layers.3.mlp.fc1"); "" for 0.
+std::string site_text(const TraceReader& reader, std::uint32_t id);
+
 // The report's frames (Report::frames): each trace frame the report refers to, once, in order
 // of first reference.
 class FrameTable {
@@ -24,9 +31,8 @@ class FrameTable {
 
   // The report index of trace frame `id`; -1 for 0 (no frame).
   std::int64_t index(std::uint32_t id);
-  // The site of trace frame `id` as a person reads it ("train.py:10 in train",
-  // "MmBackward0 of layers.3.mlp.fc1"); "" for 0.
-  std::string site_text(std::uint32_t id) const;
+  // site_text of trace frame `id` in this table's trace.
+  std::string site_text(std::uint32_t id) const { return detail::site_text(reader_, id); }
   // The site frame of trace stack `stack_id` (0: none).
   std::uint32_t site_of_stack(std::uint32_t stack_id) const { return reader_.stack(stack_id).site_frame(); }
   const TraceReader& reader() const { return reader_; }

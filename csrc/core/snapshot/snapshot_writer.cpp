@@ -160,14 +160,7 @@ void write_user_metadata(PickleWriter& w, const TraceReader& reader, const LiveI
   w.key("step").unsigned_integer(b.step);
   w.key("category_inferred").boolean(b.inferred);
   if (const std::uint32_t site = reader.stack(b.stack_id).site_frame(); site != 0) {
-    const FrameRecord f = reader.frame(site);
-    ReportFrame r;
-    r.kind = f.kind;
-    r.file = std::string(reader.string(f.file_id));
-    r.line = f.line;
-    r.function = std::string(reader.string(f.function_id));
-    r.module = std::string(reader.string(f.module_id));
-    w.key("site").str(detail::format_site(r));
+    w.key("site").str(detail::site_text(reader, site));
   }
   w.end_dict();
 }
