@@ -62,3 +62,36 @@ def compare(trace: str, records: list[dict[str, Any]], ends: tuple[str, ...],
             else:
                 assert truth <= tagged, (*at, cat, sorted(truth - tagged))
                 assert tagged - truth <= boundary["transient"], (*at, cat, sorted(tagged - truth))
+
+
+def replaced_buckets(trace: str, label_prefix: str) -> dict[int, int]:
+    """Bytes of DDP's first buckets still live at the end of each later backward, by step.
+
+    DDP's reducer rebuilds its buckets in the second forward; gloo's worker thread may release
+    the work of a first bucket's last allreduce (and with it the bucket) only after that. The
+    first buckets are the blocks live at the end of the first backward whose latest tag label
+    starts with ``label_prefix``; a block is the same block from its allocation to its free
+    (an address reused later is another block). Asserts that each is freed later in the trace
+    (nothing leaks)."""
+    live: dict[int, dict[str, Any]] = {}
+    first: list[dict[str, Any]] = []
+    out: dict[int, int] = {}
+    backward = 0
+    for e in _C.read_events(trace, 10_000_000):
+        kind = e["kind"]
+        if kind == "alloc":
+            live[e["addr"]] = {"bytes": e["bytes"], "label": "", "freed": False}
+        elif kind == "free" and e["addr"] in live:
+            live.pop(e["addr"])["freed"] = True
+        elif kind == "tag" and not e["weak"] and e["addr"] in live:
+            live[e["addr"]]["label"] = e["string"]
+        elif kind == "phase_end" and e["string"] == "backward":
+            if backward == 0:
+                first = [b for b in live.values() if b["label"].startswith(label_prefix)]
+            else:
+                out[backward] = sum(b["bytes"] for b in first
+                                    if any(b is v for v in live.values()))
+            backward += 1
+    assert first, (trace, "no block labelled", label_prefix, "at the end of the first backward")
+    assert all(b["freed"] for b in first), (trace, "a first DDP bucket is never freed")
+    return out

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.multiprocessing.reductions import StorageWeakRef
 
 import ridgescope as rs
 
@@ -48,13 +49,16 @@ def batch(rank: int, step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(size, WIDTH, generator=g), torch.randn(size, 8, generator=g)
 
 
-def train(model: nn.Module, opt: torch.optim.Optimizer, rank: int, size: int = 16) -> list[float]:
+def train(model: nn.Module, opt: torch.optim.Optimizer, rank: int, size: int = 16,
+          after_backward: Callable[[int], None] | None = None) -> list[float]:
     losses = []
     for step in range(STEPS):
         opt.zero_grad(set_to_none=True)
         x, y = batch(rank, step, size)
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
+        if after_backward is not None:
+            after_backward(step)
         opt.step()
         losses.append(loss.item())
     return losses
@@ -84,10 +88,23 @@ def tracked(out: Path, name: str, run: Callable[[], list[float]], model: nn.Modu
 
 # ------------------------------------------------------------------------------ scenarios
 def ddp(rank: int, world: int, out: Path, view: bool, name: str,
-        sizes: dict[int, int] | None = None) -> dict[str, Any]:
+        sizes: dict[int, int] | None = None, hold: bool = False) -> dict[str, Any]:
+    """DDP with small buckets. With ``hold`` (view mode) the loop keeps the first step's
+    gradients, views of DDP's first bucket, through the second and third backward, as a
+    process group's work may hold a bucket the reducer replaced: that bucket stays alive
+    beside the rebuilt ones; the job records its bytes (``held_bytes``)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     size = (sizes or {}).get(rank, 16)
+    held: list[torch.Tensor] = []
+    held_bytes: list[int] = []
+
+    def keep_first_gradients(step: int) -> None:
+        if step == 0:
+            held.extend(p.grad for p in net.parameters())
+        held_bytes.append(tensor_bytes(held))
+        if step == 2:
+            held.clear()
 
     def build() -> tuple[nn.Module, torch.optim.Optimizer]:
         net = DDP(make_net(), bucket_cap_mb=0.01, gradient_as_bucket_view=view)
@@ -98,11 +115,12 @@ def ddp(rank: int, world: int, out: Path, view: bool, name: str,
     net, opt = build()
     first = [b.buffer().numel() * b.buffer().element_size()
              for b in net.reducer._get_zeros_like_grad_buckets()]
-    losses, path, error = tracked(out, name, lambda: train(net, opt, rank, size), net, opt)
+    hook = keep_first_gradients if hold else None
+    losses, path, error = tracked(out, name, lambda: train(net, opt, rank, size, hook), net, opt)
     rebuilt = [b.buffer().numel() * b.buffer().element_size()
                for b in net.reducer._get_zeros_like_grad_buckets()]
     return {"trace": path, "error": error, "losses": losses, "untracked_losses": plain,
-            "first_bucket_bytes": first, "bucket_bytes": rebuilt,
+            "first_bucket_bytes": first, "bucket_bytes": rebuilt, "held_bytes": held_bytes,
             "parameter_bytes": sum(p.numel() * p.element_size() for p in net.parameters()),
             "optimizer_state_bytes": tensor_bytes(state_tensors(opt))}
 
@@ -168,12 +186,40 @@ def _blocks(tensors: Any) -> list[list[int]]:
     return sorted([a, b] for a, b in seen.items())
 
 
-def fsdp2_holds(net: nn.Module, opt: torch.optim.Optimizer) -> dict[str, list[list[int]]]:
+# Every communication buffer fsdp2_holds saw: storage (StorageImpl address) -> weak reference
+_COMM_SEEN: dict[int, StorageWeakRef] = {}
+
+
+def _holds_memory(ref: StorageWeakRef) -> bool:
+    """Whether the storage is alive with bytes (FSDP frees unsharded parameters by resizing
+    their storage to 0)."""
+    if ref.expired():
+        return False
+    storage = torch.UntypedStorage._new_with_weak_ptr(ref.cdata)
+    return storage is not None and storage.nbytes() > 0
+
+
+def drain_comm_buffers(still_held: list[torch.Tensor], timeout_s: float = 30.0) -> str | None:
+    """Waits until every communication buffer the records saw is freed or is one of
+    ``still_held`` (what the strategy holds now): gloo's worker thread releases a collective's
+    work, and the buffers it holds, some time after the collective completed, and a buffer the
+    trace never sees freed cannot be told from a leak. Returns a problem, or None."""
+    held = {StorageWeakRef(t.untyped_storage()).cdata for t in still_held}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pending = [c for c, ref in _COMM_SEEN.items() if c not in held and _holds_memory(ref)]
+        if not pending:
+            return None
+        if time.monotonic() > deadline:
+            return f"{len(pending)} communication buffers still alive after {timeout_s} s"
+        time.sleep(0.005)
+
+
+def fsdp2_tensors(net: nn.Module, opt: torch.optim.Optimizer) -> dict[str, list[torch.Tensor]]:
     """What FSDP2 holds now, by category, read from its parameter groups (torch 2.14): the
     local shards, the sharded gradients, the optimizer's state, and as communication buffers
     the unsharded parameters, a pending or kept all-gather output and the reduce-scatter (and
-    HSDP all-reduce) buffers it keeps; a buffer that is the sharded gradients' storage (HSDP's
-    all-reduce runs in place on them) counts as gradient."""
+    HSDP all-reduce) buffers it keeps."""
     from torch.distributed.fsdp import FSDPModule
     groups = [g for m in net.modules() if isinstance(m, FSDPModule)
               for g in m._get_fsdp_state()._fsdp_param_groups]
@@ -187,12 +233,22 @@ def fsdp2_holds(net: nn.Module, opt: torch.optim.Optimizer) -> dict[str, list[li
         comm += [kept.all_gather_result.all_gather_output] if kept is not None else []
         comm += [st.reduce_scatter_input for st in g.comm_ctx.reduce_scatter_states]
         comm += [g._all_reduce_state.all_reduce_input] if g._all_reduce_state is not None else []
-    gradient = _blocks(g.to_local() for g in grads)
-    return {"parameter": _blocks(fp._sharded_param_data for fp in fsdp_params),
-            "gradient": gradient,
-            "optimizer_state": _blocks(t.to_local() if hasattr(t, "to_local") else t
-                                       for t in state_tensors(opt)),
-            "comm_buffer": [b for b in _blocks(comm) if b not in gradient]}
+    return {"parameter": [fp._sharded_param_data for fp in fsdp_params],
+            "gradient": [g.to_local() for g in grads],
+            "optimizer_state": [t.to_local() if hasattr(t, "to_local") else t
+                                for t in state_tensors(opt)],
+            "comm_buffer": [t for t in comm if isinstance(t, torch.Tensor)]}
+
+
+def fsdp2_holds(net: nn.Module, opt: torch.optim.Optimizer) -> dict[str, list[list[int]]]:
+    """fsdp2_tensors as [address, bytes] blocks; a buffer that is the sharded gradients' storage
+    (HSDP's all-reduce runs in place on them) counts as gradient."""
+    tensors = fsdp2_tensors(net, opt)
+    _COMM_SEEN.update((StorageWeakRef(t.untyped_storage()).cdata, StorageWeakRef(t.untyped_storage()))
+                      for t in tensors["comm_buffer"])
+    held = {c: _blocks(ts) for c, ts in tensors.items()}
+    held["comm_buffer"] = [b for b in held["comm_buffer"] if b not in held["gradient"]]
+    return held
 
 
 def fsdp2_variant(rank: int, world: int, out: Path, name: str, mp: bool = False,
@@ -216,6 +272,7 @@ def fsdp2_variant(rank: int, world: int, out: Path, name: str, mp: bool = False,
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=False)
     records: list[dict[str, Any]] = []
     holds: list[Any] = []
+    problems: list[str] = []
     step = [0]
 
     def record(where: str, extra: list[Any] | None = None) -> None:
@@ -225,6 +282,8 @@ def fsdp2_variant(rank: int, world: int, out: Path, name: str, mp: bool = False,
                                         {tuple(b) for b in _blocks(extra)
                                          if b not in now["gradient"]})
             now["comm_buffer"] = [list(b) for b in now["comm_buffer"]]
+        _COMM_SEEN.update((StorageWeakRef(t.untyped_storage()).cdata,
+                           StorageWeakRef(t.untyped_storage())) for t in extra or [])
         records.append({"step": step[0], "where": where, **now})
 
     def build(tracked_run: bool) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -269,14 +328,19 @@ def fsdp2_variant(rank: int, world: int, out: Path, name: str, mp: bool = False,
             if tracked_run:
                 record("optimizer_step")
             losses.append(loss.item())
+        if tracked_run:  # inside the tracked run: the trace sees the last buffers freed
+            kept = [t for ts in fsdp2_tensors(net, opt).values() for t in ts]
+            problems.extend(p for p in [drain_comm_buffers(kept)] if p)
         return losses
 
     net, opt = build(False)
     plain = run(net, opt, False)
     net, opt = build(True)
+    _COMM_SEEN.clear()
     holds.append(lambda: fsdp2_holds(net, opt))
     losses, path, error = tracked(out, name, lambda: run(net, opt, True), net, opt)
-    return {"trace": path, "error": error, "losses": losses, "untracked_losses": plain,
+    return {"trace": path, "error": error or (problems[0] if problems else None),
+            "losses": losses, "untracked_losses": plain,
             "records": records, "local_shard_bytes": tensor_bytes(net.parameters())}
 
 
@@ -341,6 +405,7 @@ def killed(rank: int, world: int, out: Path) -> None:
 SCENARIOS: dict[str, Callable[[int, int, Path], dict[str, Any]]] = {
     "ddp": lambda r, w, o: ddp(r, w, o, view=False, name="ddp"),
     "ddp_view": lambda r, w, o: ddp(r, w, o, view=True, name="ddp_view"),
+    "ddp_view_held": lambda r, w, o: ddp(r, w, o, view=True, name="ddp_view_held", hold=True),
     "ddp_inner": ddp_inner,
     # rank 2 trains on a 4x larger batch: it must peak highest in the merged report
     "ddp_skewed": lambda r, w, o: ddp(r, w, o, view=False, name="skewed", sizes={2: 64}),

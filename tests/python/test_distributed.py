@@ -56,7 +56,8 @@ def run_job(out: Path, world: int, scenarios: list[str], kill: bool = False) -> 
 @pytest.fixture(scope="module")
 def world2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, Any]]:
     out = tmp_path_factory.mktemp("world2")
-    return out, run_job(out, 2, COMMON + ["ddp_inner", "fsdp2_mp", "fsdp2_offload"], kill=True)
+    return out, run_job(out, 2, COMMON + ["ddp_inner", "ddp_view_held", "fsdp2_mp", "fsdp2_offload"],
+                        kill=True)
 
 
 @pytest.fixture(scope="module")
@@ -89,17 +90,21 @@ def test_ddp_buckets_are_comm_buffers(job: tuple[int, dict[int, Any]]) -> None:
     """Scenario: DDP with gradient_as_bucket_view=False and small buckets (several of them).
     Given each rank's trace, when the report is read, then at the end of every backward
     comm_buffer equals the sum of the reducer's bucket sizes as DDP itself reports them
-    (before its rebuild in step 1, and after), gradient equals the parameter bytes, the bucket
+    (before its rebuild in step 1, and after; plus a first bucket still live there because gloo's
+    worker thread had not yet released its last allreduce, read from the trace, which must free it
+    later), gradient equals the parameter bytes, the bucket
     section lists DDP's buckets, and unknown is under 1 % of the peak."""
     world, results = job
     for rank in range(world):
         res = results[rank]["ddp"]
         report = _report(res)
         assert len(res["bucket_bytes"]) >= 3
+        replaced = boundary_replay.replaced_buckets(res["trace"], "DDP bucket ")
         for step in range(distributed_jobs.STEPS):
             end = _phase(report, step, "backward")["end_by_category"]
             buckets = res["first_bucket_bytes"] if step == 0 else res["bucket_bytes"]
-            assert end["comm_buffer"] == sum(buckets), (rank, step)
+            # beside the buckets, a first one gloo's worker had not yet released (rarely)
+            assert end["comm_buffer"] == sum(buckets) + replaced.get(step, 0), (rank, step)
             assert end["gradient"] == res["parameter_bytes"], (rank, step)
         ddp = report["distributed"]["strategies"][0]
         assert ddp["strategy"] == "ddp" and ddp["gradient_as_bucket_view"] is False
@@ -113,22 +118,50 @@ def test_ddp_buckets_are_comm_buffers(job: tuple[int, dict[int, Any]]) -> None:
 def test_ddp_bucket_views_count_gradients_once(job: tuple[int, dict[int, Any]]) -> None:
     """Scenario: DDP with gradient_as_bucket_view=True. Given each rank's trace, then after the
     first step the gradients are the buckets: gradient equals the parameter bytes and the sum
-    of DDP's bucket sizes, no comm_buffer is counted beside them, the bucket section and the
+    of DDP's bucket sizes, no comm_buffer is counted beside them (but a replaced first bucket
+    gloo's worker had not yet released, read from the trace), the bucket section and the
     text report say the gradients are bucket views, and unknown is under 1 % of the peak."""
     world, results = job
     for rank in range(world):
         res = results[rank]["ddp_view"]
         report = _report(res)
         assert sum(res["bucket_bytes"]) == res["parameter_bytes"]
+        replaced = boundary_replay.replaced_buckets(res["trace"], "gradients (views of DDP")
         for step in range(1, distributed_jobs.STEPS):
             end = _phase(report, step, "backward")["end_by_category"]
             assert end["gradient"] == res["parameter_bytes"], (rank, step)
-            assert end["comm_buffer"] == 0, (rank, step)
+            # a replaced first bucket gloo's worker had not yet released (rarely) holds no
+            # gradient: it is comm_buffer
+            assert end["comm_buffer"] == replaced.get(step, 0), (rank, step)
         ddp = report["distributed"]["strategies"][0]
         assert ddp["gradient_as_bucket_view"] is True and ddp["buckets_category"] == "gradient"
         assert "views" in ddp["note"]
         assert "views into the buckets" in rs.load(res["trace"]).summary()
         assert _unknown_share(report) < 0.01
+
+
+def test_ddp_replaced_bucket_still_held_is_not_gradient(
+        world2: tuple[Path, dict[int, Any]]) -> None:
+    """Scenario: DDP with gradient_as_bucket_view=True, and the first step's gradients (views of
+    DDP's first bucket) kept alive through the second and third backward, as a process group's
+    work may keep a bucket the reducer replaced in its rebuild. Given each rank's trace, then at
+    the end of those backwards gradient is still exactly the parameter bytes, the replaced
+    bucket is comm_buffer with the bytes torch reports for the kept tensors' storage, labelled
+    "replaced DDP bucket 0", and once it is let go nothing is left beside the buckets."""
+    _, results = world2
+    for rank in range(2):
+        res = results[rank]["ddp_view_held"]
+        report = _report(res)
+        assert res["held_bytes"][1] == sum(res["first_bucket_bytes"]) > 0
+        for step in range(1, distributed_jobs.STEPS):
+            end = _phase(report, step, "backward")["end_by_category"]
+            assert end["gradient"] == res["parameter_bytes"], (rank, step)
+            held = res["held_bytes"][step] if step < 3 else 0
+            assert end["comm_buffer"] == held, (rank, step)
+        labels = {e["string"] for e in _C.read_events(res["trace"], 10_000_000)
+                  if e["kind"] == "tag" and e["category"] == "comm_buffer"}
+        assert labels == {"replaced DDP bucket 0 (held by its last allreduce's work)"}
+        assert res["losses"] == res["untracked_losses"]
 
 
 def test_fsdp2_shards_gathers_and_steps(job: tuple[int, dict[int, Any]]) -> None:

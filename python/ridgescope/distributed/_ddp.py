@@ -10,12 +10,20 @@ bucket section says so.
 The buckets are read from the reducer itself (``_C.ddp_buckets``, i.e.
 ``c10d::Reducer::get_grad_buckets(false)``; the same C++ API in torch 2.11 through 2.14): when
 the model is found, and after the forward and the backward of the first steps (the reducer
-rebuilds its buckets once, in the forward of the second iteration)."""
+rebuilds its buckets once, in the forward of the second iteration).
+
+A replaced bucket is not always freed when the reducer drops it: the process group's work for
+its last allreduce holds the tensor until the backend's thread releases that work (gloo's worker
+thread, NCCL's watchdog), which may be a step later on a loaded machine. A scan that finds a
+bucket it tagged before still alive (a weak reference to its storage: nothing is kept alive)
+but no longer the reducer's tags it ``comm_buffer``, "replaced DDP bucket N": in view mode it
+holds no gradient any more, and counting it as one would count the gradients twice."""
 from __future__ import annotations
 
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import _C
 
@@ -45,6 +53,10 @@ class DdpTracker:
         # (index, storage pointer, bytes, parameters) -> (label id, parameter names)
         self._labels: dict[tuple[int, int, int, int], tuple[int, list[str]]] = {}
         self._buckets: list[dict[str, Any]] = []
+        # storage (StorageImpl address, from a weak reference) -> (weak reference, bucket index)
+        # of every bucket the scans tagged and saw the reducer hold last time
+        self._held: dict[int, tuple[StorageWeakRef, int]] = {}
+        self._replaced_label: dict[int, int] = {}
         # Scans after forward and backward: the reducer builds its buckets in its constructor
         # and rebuilds them once, in the forward of the second iteration; the first few steps'
         # scans see both (a later rebuild, after _update_process_group, is seen at the next
@@ -82,8 +94,11 @@ class DdpTracker:
             return
         category = "gradient" if self.view else "comm_buffer"
         described = []
+        held: dict[int, tuple[StorageWeakRef, int]] = {}
         for index, buffer, params in buckets:
             storage = buffer.untyped_storage()
+            ref = StorageWeakRef(storage)
+            held[ref.cdata] = (ref, int(index))
             key = (int(index), storage.data_ptr(), int(storage.nbytes()), len(params))
             cached = self._labels.get(key)
             if cached is None:
@@ -96,9 +111,29 @@ class DdpTracker:
             described.append({"index": key[0], "bytes": key[2],
                               "dtype": str(buffer.dtype).removeprefix("torch."),
                               "parameters": cached[1][:64], "parameter_count": key[3]})
+        self._tag_replaced(held)
         if described != self._buckets:
             self._buckets = described
             self._tracking.publish()
+
+    def _tag_replaced(self, held: dict[int, tuple[StorageWeakRef, int]]) -> None:
+        """Tags the buckets the reducer held at the last scan, holds no more, and that are still
+        alive (held by a communication work): comm_buffer, "replaced DDP bucket N"."""
+        instr = self._tracking.instr
+        for cdata, (ref, index) in self._held.items():
+            if cdata in held or ref.expired():
+                continue
+            storage = torch.UntypedStorage._new_with_weak_ptr(cdata)
+            if storage is None:
+                continue
+            label = self._replaced_label.get(index)
+            if label is None:
+                label = self._replaced_label[index] = instr.label(
+                    f"replaced DDP bucket {index} (held by its last allreduce's work)")
+            view = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+            instr._native.tag(view, "comm_buffer", label, False)
+            del view, storage
+        self._held = held
 
     def _budgeted_scan(self) -> None:
         if self._scans_left > 0:
