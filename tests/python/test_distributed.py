@@ -305,7 +305,8 @@ def test_ddp_inner_module_as_the_model(world2: tuple[Path, dict[int, Any]]) -> N
     """Scenario: DDP, with the wrapped module passed as the model (``rs.track(model=ddp.module)``),
     so the outermost module that runs is the DDP wrapper around it. Then every step has its
     forward (opened at the wrapper), DDP's buckets are found and counted as comm_buffer at the
-    end of every backward after the first, and unknown is under 1 % of the peak."""
+    end of every backward after the first (with a first bucket gloo's worker had not yet
+    released, read from the trace), and unknown is under 1 % of the peak."""
     _, results = world2
     for rank in range(2):
         res = results[rank]["ddp_inner"]
@@ -314,9 +315,11 @@ def test_ddp_inner_module_as_the_model(world2: tuple[Path, dict[int, Any]]) -> N
         for s in report["steps"]:
             assert [p["phase"] for p in s["phases"]] == ["zero_grad", "forward", "backward",
                                                          "optimizer_step"], (rank, s["step"])
+        replaced = boundary_replay.replaced_buckets(res["trace"], "DDP bucket ")
         for step in range(1, distributed_jobs.STEPS):
             end = _phase(report, step, "backward")["end_by_category"]
-            assert end["comm_buffer"] == sum(res["bucket_bytes"]), (rank, step)
+            # beside the buckets, a first one gloo's worker had not yet released (rarely)
+            assert end["comm_buffer"] == sum(res["bucket_bytes"]) + replaced.get(step, 0), (rank, step)
         assert report["distributed"]["strategies"][0]["strategy"] == "ddp"
         assert _unknown_share(report) < 0.01
 
