@@ -80,7 +80,7 @@ def replaced_buckets(trace: str, label_prefix: str) -> dict[int, int]:
     for e in _C.read_events(trace, 10_000_000):
         kind = e["kind"]
         if kind == "alloc":
-            live[e["addr"]] = {"bytes": e["bytes"], "label": "", "freed": False}
+            live[e["addr"]] = {"addr": e["addr"], "bytes": e["bytes"], "label": "", "freed": False}
         elif kind == "free" and e["addr"] in live:
             live.pop(e["addr"])["freed"] = True
         elif kind == "tag" and not e["weak"] and e["addr"] in live:
@@ -89,8 +89,7 @@ def replaced_buckets(trace: str, label_prefix: str) -> dict[int, int]:
             if backward == 0:
                 first = [b for b in live.values() if b["label"].startswith(label_prefix)]
             else:
-                out[backward] = sum(b["bytes"] for b in first
-                                    if any(b is v for v in live.values()))
+                out[backward] = sum(b["bytes"] for b in first if live.get(b["addr"]) is b)
             backward += 1
     assert first, (trace, "no block labelled", label_prefix, "at the end of the first backward")
     assert all(b["freed"] for b in first), (trace, "a first DDP bucket is never freed")

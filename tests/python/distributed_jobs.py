@@ -190,6 +190,12 @@ def _blocks(tensors: Any) -> list[list[int]]:
 _COMM_SEEN: dict[int, StorageWeakRef] = {}
 
 
+def _remember_comm(tensors: list[torch.Tensor]) -> None:
+    for t in tensors:
+        ref = StorageWeakRef(t.untyped_storage())
+        _COMM_SEEN.setdefault(ref.cdata, ref)
+
+
 def _holds_memory(ref: StorageWeakRef) -> bool:
     """Whether the storage is alive with bytes (FSDP frees unsharded parameters by resizing
     their storage to 0)."""
@@ -244,8 +250,7 @@ def fsdp2_holds(net: nn.Module, opt: torch.optim.Optimizer) -> dict[str, list[li
     """fsdp2_tensors as [address, bytes] blocks; a buffer that is the sharded gradients' storage
     (HSDP's all-reduce runs in place on them) counts as gradient."""
     tensors = fsdp2_tensors(net, opt)
-    _COMM_SEEN.update((StorageWeakRef(t.untyped_storage()).cdata, StorageWeakRef(t.untyped_storage()))
-                      for t in tensors["comm_buffer"])
+    _remember_comm(tensors["comm_buffer"])
     held = {c: _blocks(ts) for c, ts in tensors.items()}
     held["comm_buffer"] = [b for b in held["comm_buffer"] if b not in held["gradient"]]
     return held
@@ -282,8 +287,7 @@ def fsdp2_variant(rank: int, world: int, out: Path, name: str, mp: bool = False,
                                         {tuple(b) for b in _blocks(extra)
                                          if b not in now["gradient"]})
             now["comm_buffer"] = [list(b) for b in now["comm_buffer"]]
-        _COMM_SEEN.update((StorageWeakRef(t.untyped_storage()).cdata,
-                           StorageWeakRef(t.untyped_storage())) for t in extra or [])
+        _remember_comm(extra or [])
         records.append({"step": step[0], "where": where, **now})
 
     def build(tracked_run: bool) -> tuple[nn.Module, torch.optim.Optimizer]:
