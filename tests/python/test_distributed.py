@@ -3,13 +3,16 @@
 flat parameters, ZeroRedundancyOptimizer, bitwise-identical losses, the merged report of every
 rank, and a rank that is killed.
 
-Each world runs once (module-scoped fixture, tests/python/distributed_jobs.py): every rank runs
+Each world runs once in the session, for both pytest workers (tests/python/run_once.py), its
+ranks forked from a server that has imported torch (tests/python/rank_processes.py); the job is
+tests/python/distributed_jobs.py: every rank runs
 every scenario untracked and tracked and records what torch itself says (the reducer's bucket
 sizes, the DTensors' local shards, the optimizers' state); the tests compare the rank's trace
-with that."""
+with that. The user's way in under torchrun is specified in test_flight_ranks.py."""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,6 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import ridgescope as rs
 from ridgescope import _C
@@ -26,6 +28,8 @@ from ridgescope.distributed import merge_traces
 
 import boundary_replay
 import distributed_jobs
+from rank_processes import free_port, run_ranks
+from run_once import once
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="torch.distributed with gloo is not available")
@@ -33,37 +37,31 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 COMMON = ["ddp", "ddp_view", "fsdp2", "fsdp1", "zero"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_job(out: Path, world: int, scenarios: list[str], kill: bool = False) -> dict[int, Any]:
     """Runs the job on ``world`` processes; returns each rank's results. With ``kill``, rank 1
     must end by SIGKILL and every other rank normally."""
-    ctx = mp.start_processes(distributed_jobs.job, nprocs=world, join=False, start_method="spawn",
-                             args=(world, _free_port(), str(out), scenarios, kill))
-    try:
-        while not ctx.join(timeout=240):
-            pass
-    except mp.ProcessExitedException as exc:
-        if not (kill and exc.error_index == 1 and exc.signal_name == "SIGKILL"):
-            raise
+    run_ranks(distributed_jobs.job, world, (world, free_port(), str(out), scenarios, kill),
+              killed_rank=1 if kill else None)
     return {r: json.loads((out / f"results.rank{r}.json").read_text()) for r in range(world)}
+
+
+def _job_once(tmp_path_factory: pytest.TempPathFactory, world: int, scenarios: list[str],
+              kill: bool = False) -> tuple[Path, dict[int, Any]]:
+    """The world's job, once for both pytest workers (tests/python/run_once.py)."""
+    out, results = once(tmp_path_factory, f"world{world}",
+                        lambda out: run_job(out, world, scenarios, kill))
+    return out, {int(rank): r for rank, r in results.items()}
 
 
 @pytest.fixture(scope="module")
 def world2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, Any]]:
-    out = tmp_path_factory.mktemp("world2")
-    return out, run_job(out, 2, COMMON + ["ddp_inner", "ddp_view_held", "fsdp2_mp", "fsdp2_offload"],
-                        kill=True)
+    return _job_once(tmp_path_factory, 2,
+                     COMMON + ["ddp_inner", "ddp_view_held", "fsdp2_mp", "fsdp2_offload"], kill=True)
 
 
 @pytest.fixture(scope="module")
 def world4(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, Any]]:
-    out = tmp_path_factory.mktemp("world4")
-    return out, run_job(out, 4, ["ddp_skewed"] + COMMON + ["hsdp"])
+    return _job_once(tmp_path_factory, 4, ["ddp_skewed"] + COMMON + ["hsdp"])
 
 
 @pytest.fixture(params=[2, 4], ids=["world2", "world4"])
@@ -346,13 +344,14 @@ def test_traces_carry_the_rank(job: tuple[int, dict[int, Any]]) -> None:
         assert Path(res["trace"]).name == f"ddp.rank{rank}.rstrace"
 
 
-def test_merged_report_names_the_highest_rank(world4: tuple[Path, dict[int, Any]],
+def test_merged_report_names_the_highest_rank(world4: tuple[Path, dict[int, Any]], tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Scenario: 4 ranks of DDP, rank 2 on a 4x larger batch. Given the 4 traces, when they are
     merged (the API and `ridgescope report A B C D` as text, JSON and HTML), then rank 2 is the
     highest peak, by the difference to the lowest, and every rank's figures equal its own
     single-rank report."""
-    out, results = world4
+    _, results = world4
+    out = tmp_path
     traces = [results[r]["ddp_skewed"]["trace"] for r in range(4)]
     merged = merge_traces(reversed(traces))
     s = merged["ranks"]
@@ -383,16 +382,16 @@ def test_merged_report_names_the_highest_rank(world4: tuple[Path, dict[int, Any]
     assert d["peak"]["change"] == singles[2]["bytes"] - singles[0]["bytes"]
 
 
-def test_killed_rank_is_reported_truncated(world2: tuple[Path, dict[int, Any]],
+def test_killed_rank_is_reported_truncated(world2: tuple[Path, dict[int, Any]], tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     """Scenario: rank 1 is killed (SIGKILL) in its third step while tracking. Given both traces
     (a directory holding them), when merged, then rank 1's readable prefix (its first two
     steps) is merged and flagged truncated, rank 0 is complete, and the text says so."""
     out, _ = world2
-    d = out / "killed"
+    d = tmp_path / "killed"  # the job's folder is shared with the other pytest worker: copies
     d.mkdir()
     for r in (0, 1):
-        (out / f"killed.rank{r}.rstrace").rename(d / f"killed.rank{r}.rstrace")
+        shutil.copyfile(out / f"killed.rank{r}.rstrace", d / f"killed.rank{r}.rstrace")
     s = merge_traces([d])["ranks"]
     rows = {row["rank"]: row for row in s["table"]}
     assert rows[0]["status"] == "ok" and rows[0]["complete_steps"] == distributed_jobs.STEPS
@@ -402,46 +401,3 @@ def test_killed_rank_is_reported_truncated(world2: tuple[Path, dict[int, Any]],
     captured = capsys.readouterr()
     assert "rank 1's trace is truncated" in captured.out
     assert "rank 1's trace is truncated" in captured.err
-
-
-TRAIN_DDP = """
-import torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-dist.init_process_group("gloo")
-torch.manual_seed(0)
-model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8)))
-opt = torch.optim.AdamW(model.parameters())
-g = torch.Generator().manual_seed(dist.get_rank())
-for step in range(3):
-    opt.zero_grad(set_to_none=True)
-    batch = 256 if dist.get_rank() == 1 else 16
-    model(torch.randn(batch, 64, generator=g)).sum().backward()
-    opt.step()
-dist.destroy_process_group()
-"""
-
-
-def test_torchrun_ridgescope_run_then_one_report(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """Scenario: the user's way in, `torchrun --nproc-per-node 2 -m ridgescope.cli run
-    train.py` on an unmodified DDP script (rank 1 on a larger batch). Then each rank wrote its
-    own trace, found the DDP wrapper by itself and counted its bucket as comm_buffer with under
-    1 % unknown, and `ridgescope report train.rank*.rstrace` names rank 1 as the highest."""
-    import subprocess
-    import sys
-    (tmp_path / "train.py").write_text(TRAIN_DDP)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "ridgescope.cli", "run", "train.py"]
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    traces = sorted(str(p) for p in tmp_path.glob("train.rank*.rstrace"))
-    assert [Path(t).name for t in traces] == ["train.rank0.rstrace", "train.rank1.rstrace"]
-    for rank, t in enumerate(traces):
-        report = rs.load(t).to_dict()
-        ddp = report["distributed"]["strategies"][0]
-        assert report["distributed"]["rank"] == rank and ddp["strategy"] == "ddp"
-        end = _phase(report, 2, "backward")["end_by_category"]
-        assert end["comm_buffer"] == ddp["bucket_bytes"] == end["gradient"] > 0
-        assert _unknown_share(report) < 0.01
-    assert cli_main(["report", *traces]) == 0
-    assert "Highest peak: rank 1" in capsys.readouterr().out

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,31 +18,28 @@ from typing import Any
 
 import pytest
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import ridgescope as rs
 import boundary_replay
 import deepspeed_jobs
+from rank_processes import free_port, run_ranks
+from run_once import once
 
 needs_deepspeed = pytest.mark.skipif(
     importlib.util.find_spec("deepspeed") is None or not dist.is_available()
     or not dist.is_gloo_available(), reason="DeepSpeed (scripts/setup.sh) or gloo is missing")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _job(out: Path) -> dict[str, Any]:
+    run_ranks(deepspeed_jobs.job, 2, (2, free_port(), str(out), [1, 2, 3]))
+    return {r: json.loads((out / f"results.rank{r}.json").read_text()) for r in range(2)}
 
 
 @pytest.fixture(scope="module")
 def zero(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
-    out = tmp_path_factory.mktemp("deepspeed")
-    ctx = mp.start_processes(deepspeed_jobs.job, nprocs=2, join=False, start_method="spawn",
-                             args=(2, _free_port(), str(out), [1, 2, 3]))
-    while not ctx.join(timeout=300):
-        pass
-    return {r: json.loads((out / f"results.rank{r}.json").read_text()) for r in range(2)}
+    """The three stages' job, once for both pytest workers (tests/python/run_once.py)."""
+    _, results = once(tmp_path_factory, "deepspeed-zero", _job)
+    return {int(rank): r for rank, r in results.items()}
 
 
 @needs_deepspeed

@@ -1,6 +1,9 @@
-"""Specification of bounded traces under torchrun (docs/long-runs.md, docs/distributed.md): every
-rank keeps its own bounded trace, and the merged report of the job has every rank's per-step
-summaries."""
+"""Specification of `ridgescope run` under torchrun (docs/distributed.md, docs/long-runs.md): the
+user's way in, `torchrun --nproc-per-node 2 -m ridgescope.cli run --keep-steps 3 train.py` on an
+unmodified DDP script. Each rank finds the DDP wrapper by itself, keeps its own bounded trace,
+and the merged report of the job has every rank's per-step summaries.
+
+The job runs once in the session, for both pytest workers (tests/python/run_once.py)."""
 from __future__ import annotations
 
 import subprocess
@@ -13,6 +16,8 @@ import ridgescope as rs
 from ridgescope.cli import main as cli_main
 from ridgescope.distributed import merge_traces
 
+from run_once import once
+
 STEPS, BIG_STEP = 40, 12
 TRAIN = f"""
 import torch, torch.distributed as dist
@@ -20,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8)))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
+opt = torch.optim.AdamW(model.parameters())
 g = torch.Generator().manual_seed(dist.get_rank())
 for step in range({STEPS}):
     opt.zero_grad(set_to_none=True)
@@ -31,19 +36,48 @@ dist.destroy_process_group()
 """
 
 
-def test_torchrun_ranks_keep_bounded_traces_that_merge_with_every_steps_summary(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Given `torchrun --nproc-per-node 2 -m ridgescope.cli run --keep-steps 3 train.py` where
-    rank 1 takes one large batch in step 12, then each rank wrote a bounded trace with a summary
-    of all 40 steps; the merged report holds both ranks' per-step summaries and names rank 1,
-    step 12 as the highest."""
-    (tmp_path / "train.py").write_text(TRAIN)
+def _torchrun(folder: Path) -> list[str]:
+    (folder / "train.py").write_text(TRAIN)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "ridgescope.cli", "run", "--keep-steps", "3", "train.py"]
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    traces = sorted(tmp_path.glob("train.rank*.rstrace"))
+    return sorted(str(p) for p in folder.glob("train.rank*.rstrace"))
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return [Path(t) for t in once(tmp_path_factory, "torchrun-ddp", _torchrun)[1]]
+
+
+def _phase(report: dict, step: int, name: str) -> dict:
+    s = next(s for s in report["steps"] if s["step"] == step)
+    return next(p for p in s["phases"] if p["phase"] == name)
+
+
+def test_each_rank_finds_ddp_by_itself_and_one_report_names_the_highest(
+        traces: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """Then each rank wrote its own trace, found the DDP wrapper by itself and counted its
+    bucket as comm_buffer at the end of the last step's backward (a kept step), with under 1 %
+    unknown at the peak, and `ridgescope report train.rank*.rstrace` names rank 1 as the
+    highest."""
     assert [t.name for t in traces] == ["train.rank0.rstrace", "train.rank1.rstrace"]
+    for rank, t in enumerate(traces):
+        report = rs.load(t).to_dict()
+        ddp = report["distributed"]["strategies"][0]
+        assert report["distributed"]["rank"] == rank and ddp["strategy"] == "ddp"
+        end = _phase(report, STEPS - 1, "backward")["end_by_category"]
+        assert end["comm_buffer"] == ddp["bucket_bytes"] == end["gradient"] > 0
+        assert report["peak"]["by_category"]["unknown"] < 0.01 * report["peak"]["bytes"]
+    assert cli_main(["report", *map(str, traces)]) == 0
+    assert "Highest peak: rank 1" in capsys.readouterr().out
+
+
+def test_torchrun_ranks_keep_bounded_traces_that_merge_with_every_steps_summary(
+        traces: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """Given rank 1 takes one large batch in step 12, then each rank wrote a bounded trace with a
+    summary of all 40 steps; the merged report holds both ranks' per-step summaries and names
+    rank 1, step 12 as the highest."""
     for t in traces:
         g = rs.load(t).to_dict()["at_a_glance"]
         assert g["keep_steps"] == 3 and g["steps"] >= STEPS
@@ -57,4 +91,4 @@ def test_torchrun_ranks_keep_bounded_traces_that_merge_with_every_steps_summary(
     assert s["highest"]["rank"] == 1 and s["highest"]["step"] == BIG_STEP
     assert cli_main(["report", *map(str, traces)]) == 0
     out = capsys.readouterr().out
-    assert f"the highest step peak is rank 1's" in out and f"in step {BIG_STEP}" in out
+    assert "the highest step peak is rank 1's" in out and f"in step {BIG_STEP}" in out

@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from conftest import ROOT
+from run_once import once
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import inference_truth as truth  # noqa: E402
@@ -25,13 +26,20 @@ FAST = [n for n in truth.WORKLOADS if n not in ("compiled", "ddp_gloo")]
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    return tmp_path_factory.mktemp("truth")
+def measured(tmp_path_factory):
+    """The runs and their comparisons, once for both pytest workers (tests/python/run_once.py)."""
+    return once(tmp_path_factory, "inference-truth",
+                lambda work: {name: truth.measure(name, work, steps=3) for name in FAST})
 
 
 @pytest.fixture(scope="module")
-def results(work):
-    return {name: truth.measure(name, work, steps=3) for name in FAST}
+def work(measured):
+    return measured[0]
+
+
+@pytest.fixture(scope="module")
+def results(measured):
+    return measured[1]
 
 
 def test_the_subset_covers_all_but_the_slow_workloads():
