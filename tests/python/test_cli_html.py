@@ -21,6 +21,7 @@ import ridgescope as rs
 from ridgescope._reporters._html import HTML_MAX_STEPS, page_data
 from ridgescope._progress import Progress
 from conftest import ROOT, make_mlp, mlp_batch, mlp_loss, train
+from inprocess_cli import ridgescope
 
 CLI = [sys.executable, "-m", "ridgescope.cli"]
 DATA = re.compile(r'<script type="application/json" id="rs-data">(.*?)</script>', re.S)
@@ -45,8 +46,7 @@ def embedded(html: str) -> dict:
 def test_report_format_html_writes_one_self_contained_page(trace, tmp_path):
     out = tmp_path / "run.html"
     # When the report is asked for as HTML, with standard error a pipe (not a terminal)
-    p = subprocess.run([*CLI, "report", str(trace), "--format", "html", "-o", str(out)],
-                       capture_output=True, text=True, timeout=120)
+    p = ridgescope("report", str(trace), "--format", "html", "-o", str(out))
     assert p.returncode == 0, p.stderr
     # then standard error says only where the page went: no progress bar outside a terminal
     assert p.stderr == f"wrote {out}\n"
@@ -56,8 +56,8 @@ def test_report_format_html_writes_one_self_contained_page(trace, tmp_path):
     assert not re.search(r'\b(?:src|href)\s*=\s*"(?!data:)', html)
     assert "default-src 'none'" in html
     # and the embedded data is the report: the same peak, to the byte, as --format json
-    j = subprocess.run([*CLI, "report", str(trace), "--format", "json"], capture_output=True,
-                       text=True, timeout=120, check=True)
+    j = ridgescope("report", str(trace), "--format", "json")
+    assert j.returncode == 0, j.stderr
     report = json.loads(j.stdout)
     data = embedded(html)
     assert data["peak"] == report["peak"]

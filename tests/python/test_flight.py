@@ -13,11 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 import ridgescope as rs
 from ridgescope import _C
 from ridgescope._flight import ENV, parse_keep_steps, resolve_keep_steps
+
+from inprocess_cli import ridgescope
+from run_once import once
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,12 +57,18 @@ def run_script(tmp_path: Path, keep_steps: str, name: str) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def full_and_bounded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, Path, Path]:
-    tmp = tmp_path_factory.mktemp("flight")
+def _full_and_bounded(tmp: Path) -> list[str]:
     full = run_script(tmp, "all", "full")
     bounded = tmp / "bounded.rstrace"
     _C.compact_trace(str(full), str(bounded), 10, 64 * 1024)  # rewritten many times on the way
+    return [str(full), str(bounded)]
+
+
+@pytest.fixture(scope="module")
+def full_and_bounded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, Path, Path]:
+    """The full run and its bounded re-recording, once for both pytest workers
+    (tests/python/run_once.py)."""
+    full, bounded = map(Path, once(tmp_path_factory, "flight", _full_and_bounded)[1])
     return rs.load(full).to_dict(), rs.load(bounded).to_dict(), full, bounded
 
 
@@ -174,8 +182,7 @@ def test_ridgescope_compact_makes_a_full_trace_bounded_and_refuses_bad_input(ful
     out = tmp_path / "compacted.rstrace"
 
     def compact(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "ridgescope", "compact", *args], capture_output=True,
-                              text=True, timeout=120)
+        return ridgescope("compact", *args)
 
     done = compact(str(full_path), "-o", str(out), "--keep-steps", "10")
     assert done.returncode == 0, done.stderr

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import inspect
 import os
-import subprocess
-import sys
 
 import torch
 import torch.nn.functional as F
 
 import ridgescope as rs
-from conftest import ROOT, gpt_inputs, make_gpt, train
+from conftest import gpt_inputs, make_gpt, train
+from inprocess_cli import ridgescope
 import models
 
 STEPS = 6
@@ -69,8 +68,9 @@ def test_an_intermediate_appended_to_a_list_every_step(trace_path):
     assert r["verdict"]["summary"] == summary
     warning = next(w for w in rs.load(trace_path).warnings if w["kind"] == "retained_tensors")
     assert warning["message"] == summary + " Remedy: keep `.item()`/`.detach().cpu()` of it, or drop the reference."
-    explained = subprocess.run([sys.executable, "-m", "ridgescope.cli", "explain", str(trace_path)],
-                               capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    done = ridgescope("explain", str(trace_path))
+    assert done.returncode == 0, done.stderr
+    explained = done.stdout
     assert f"Retained tensors (retained_tensors): {summary}" in explained
 
 

@@ -13,6 +13,7 @@ import ridgescope as rs
 from ridgescope import _C
 from ridgescope._format import parse_bytes
 from conftest import gpt_inputs, make_gpt, train
+from inprocess_cli import ridgescope
 import models
 
 CAPACITY = 3 * 1024 * 1024  # below the tiny GPT's steady-state peak
@@ -134,8 +135,7 @@ def test_a_real_loop_that_fails_in_its_first_forward_gets_the_activation_verdict
 
 def test_explain_prints_the_verdict_and_the_dashboards(tmp_path):
     test_a_real_loop_that_fails_in_its_first_forward_gets_the_activation_verdict(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "ridgescope.cli", "explain", str(tmp_path / "act.rstrace")],
-                         capture_output=True, text=True, timeout=120)
+    out = ridgescope("explain", str(tmp_path / "act.rstrace"))
     assert out.returncode == 0, out.stderr
     assert "Why (live_tensors)" in out.stdout and "What to change" in out.stdout
     assert "a dashboard sampling every 15 s" in out.stdout

@@ -7,13 +7,12 @@ capture skipped it as a site but the text report printed it as the user's caller
 The truth is the snapshot the test builds: which file each frame is in."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
 import ridgescope as rs
 from snapshot_builder import SnapshotBuilder
+from inprocess_cli import ridgescope
 
 STDLIB = "/usr/lib/python3.11/contextlib.py"
 # innermost first: torch's functional, a `with` block of the standard library, the model, the
@@ -65,8 +64,7 @@ def test_the_stack_listing_folds_library_frames_and_prints_them_on_request(snaps
 
 def test_the_command_line_flag(snapshot):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "ridgescope", "report", str(snapshot), *args],
-                              capture_output=True, text=True, timeout=300)
+        return ridgescope("report", str(snapshot), *args)
     done = cli("--group-by", "stack", "--library-frames")
     assert done.returncode == 0, done.stderr
     assert f"from {STDLIB}:11 in __enter__  [library]" in done.stdout
