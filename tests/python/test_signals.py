@@ -4,7 +4,6 @@ own handler still runs and decides the exit code; SIGUSR1 flushes and the run go
 leaves the trace readable up to its last flushed chunk."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -58,11 +57,18 @@ def summaries(path: Path) -> list[dict]:
     return [s for s in _C.read_summaries(str(path)) if s["complete"]]
 
 
-def test_sigterm_closes_the_trace_and_the_process_dies_of_it(tmp_path: Path) -> None:
-    """Given a tracked run with no SIGTERM handler of its own, when the scheduler sends SIGTERM,
-    then the process ends killed by SIGTERM as it would untracked, and its trace is whole and
-    closed (the session's end record is there) with a summary of every step it completed."""
+def test_sigusr1_flushes_and_the_run_goes_on_then_sigterm_closes_the_trace_and_the_process_dies_of_it(
+        tmp_path: Path) -> None:
+    """Given a tracked run with no SIGTERM handler of its own: when it gets SIGUSR1, then the
+    trace on disk holds every step up to then at once (not only after the next 100 ms flush)
+    and the job keeps running; when the scheduler then sends SIGTERM, the process ends killed by
+    SIGTERM as it would untracked, and its trace is whole and closed (the session's end record
+    is there) with a summary of every step it completed."""
     proc, out = start(tmp_path)
+    proc.send_signal(signal.SIGUSR1)
+    time.sleep(0.5)
+    assert proc.poll() is None  # still training
+    assert len(summaries(out)) >= 30
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGTERM
@@ -82,18 +88,6 @@ def test_the_scripts_own_handler_runs_and_decides_the_exit_code(tmp_path: Path) 
     assert proc.returncode == 3
     report = rs.load(out).to_dict()
     assert not report["trace"]["truncated"] and "recorder" in report
-
-
-def test_sigusr1_flushes_and_the_run_goes_on(tmp_path: Path) -> None:
-    """Given a running job, when it gets SIGUSR1, then the trace on disk holds every step up to
-    then at once (not only after the next 100 ms flush) and the job keeps running."""
-    proc, out = start(tmp_path)
-    proc.send_signal(signal.SIGUSR1)
-    time.sleep(0.5)
-    assert proc.poll() is None  # still training
-    assert len(summaries(out)) >= 30
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
 
 
 def test_sigkill_leaves_a_readable_trace_up_to_its_last_flushed_chunk(tmp_path: Path) -> None:
