@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import ridgescope as rs
+from ridgescope.cli import main as cli_main
+
+from run_once import once
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SCRIPT = EXAMPLES / "train_plain.py"
@@ -24,10 +30,31 @@ def phases(r, name):
     return [p for s in r["steps"] for p in s["phases"] if p["phase"] == name]
 
 
-def test_an_unmodified_script_gets_the_same_bytes_as_rs_track(tmp_path):
-    out = run_cli("-o", str(tmp_path / "cli.rstrace"), str(SCRIPT), "--steps", "2", cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    cli = rs.load(tmp_path / "cli.rstrace").to_dict()
+def _three_ways(folder: Path) -> dict[str, dict]:
+    """The example (2 steps, exit code 3) run as a plain script, as `ridgescope run SCRIPT` (the
+    console script) and as `python -m ridgescope run SCRIPT`, each in a fresh directory."""
+    console = Path(sys.executable).with_name("ridgescope")
+    if not console.exists():
+        console = Path(shutil.which("ridgescope") or "ridgescope")
+    args = [str(SCRIPT), "--steps", "2", "--exit-code", "3"]
+    results = {}
+    for name, cmd in (("plain", [sys.executable, *args]), ("console", [str(console), "run", *args]),
+                      ("module", [sys.executable, "-m", "ridgescope", "run", *args])):
+        (folder / name).mkdir()
+        done = subprocess.run(cmd, cwd=folder / name, capture_output=True, text=True, timeout=300)
+        results[name] = {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+    return results
+
+
+@pytest.fixture(scope="module")
+def three_ways(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict]]:
+    """The three runs, once for both pytest workers (tests/python/run_once.py)."""
+    return once(tmp_path_factory, "cli-run", _three_ways)
+
+
+def test_an_unmodified_script_gets_the_same_bytes_as_rs_track(three_ways, tmp_path):
+    folder, _ = three_ways
+    cli = rs.load(folder / "module" / "train_plain.rstrace").to_dict()
 
     sys.path.insert(0, str(EXAMPLES))
     try:
@@ -50,14 +77,22 @@ def test_an_unmodified_script_gets_the_same_bytes_as_rs_track(tmp_path):
     assert cli["consistency"]["mismatches"] == 0
 
 
-def test_stdout_and_the_exit_code_are_the_scripts(tmp_path):
-    plain = subprocess.run([sys.executable, str(SCRIPT), "--steps", "2", "--exit-code", "3"],
-                           capture_output=True, text=True, timeout=300, cwd=EXAMPLES)
-    tracked = run_cli(str(SCRIPT), "--steps", "2", "--exit-code", "3", cwd=tmp_path)
-    assert plain.returncode == 3 and tracked.returncode == 3
-    assert tracked.stdout == plain.stdout
-    assert "ridgescope: trace" in tracked.stderr
-    assert (tmp_path / "train_plain.rstrace").exists()
+def test_stdout_exit_code_and_trace_are_the_same_under_either_command(three_ways):
+    """Given the same script run plain, as `ridgescope run SCRIPT` (the console script) and as
+    `python -m ridgescope run SCRIPT`, then both commands give the script's exit code and the
+    script's stdout, the same report lines on stderr, and the same trace."""
+    folder, runs = three_ways
+    plain, console_run, module_run = runs["plain"], runs["console"], runs["module"]
+    assert plain["returncode"] == console_run["returncode"] == module_run["returncode"] == 3, \
+        module_run["stderr"]
+    assert module_run["stdout"] == console_run["stdout"] == plain["stdout"]
+    assert "step 1: loss" in plain["stdout"]
+    assert module_run["stderr"] == console_run["stderr"] and "ridgescope: peak" in module_run["stderr"]
+    assert "ridgescope: trace" in module_run["stderr"]
+    assert not list((folder / "plain").iterdir())  # untracked: nothing written
+    a = rs.load(folder / "console" / "train_plain.rstrace").to_dict()
+    b = rs.load(folder / "module" / "train_plain.rstrace").to_dict()
+    assert a["peak"]["bytes"] == b["peak"]["bytes"] and a["peak"]["by_category"] == b["peak"]["by_category"]
 
 
 def test_a_script_that_raises_still_leaves_a_trace_and_a_report(tmp_path):
@@ -71,10 +106,9 @@ def test_a_script_that_raises_still_leaves_a_trace_and_a_report(tmp_path):
     assert embedded and json.loads(embedded.group(1))["peak"]["bytes"] == r["peak"]["bytes"]
 
 
-def test_a_missing_script_is_one_line(tmp_path):
-    out = run_cli(str(tmp_path / "nope.py"), cwd=tmp_path)
-    assert out.returncode == 1
-    assert out.stderr.strip() == f"ridgescope run: error: no such script: {tmp_path / 'nope.py'}"
+def test_a_missing_script_is_one_line(tmp_path, capsys):
+    assert cli_main(["run", str(tmp_path / "nope.py")]) == 1
+    assert capsys.readouterr().err.strip() == f"ridgescope run: error: no such script: {tmp_path / 'nope.py'}"
 
 
 def test_under_torchrun_each_rank_writes_its_own_trace(tmp_path):
@@ -120,26 +154,3 @@ def test_rs_track_names_the_trace_per_rank_too(tmp_path, monkeypatch):
         torch.ones(1024)
     assert s.path == tmp_path / "run.rank1.rstrace" and s.path.exists()
     assert not (tmp_path / "run.rstrace").exists()
-
-
-def test_python_dash_m_ridgescope_is_the_ridgescope_command(tmp_path):
-    """Given the same script run as `ridgescope run SCRIPT` (the console script) and as
-    `python -m ridgescope run SCRIPT`, in two fresh directories, then both give the script's
-    exit code, the script's stdout, the same report lines on stderr and the same trace."""
-    import shutil
-    console = Path(sys.executable).with_name("ridgescope")
-    if not console.exists():
-        console = Path(shutil.which("ridgescope") or "ridgescope")
-    results = {}
-    for name, cmd in (("console", [str(console)]), ("module", [sys.executable, "-m", "ridgescope"])):
-        cwd = tmp_path / name
-        cwd.mkdir()
-        results[name] = subprocess.run([*cmd, "run", str(SCRIPT), "--steps", "1", "--exit-code", "3"],
-                                       cwd=cwd, capture_output=True, text=True, timeout=300)
-    console_run, module_run = results["console"], results["module"]
-    assert console_run.returncode == module_run.returncode == 3, module_run.stderr
-    assert module_run.stdout == console_run.stdout and "step 0: loss" in module_run.stdout
-    assert module_run.stderr == console_run.stderr and "ridgescope: peak" in module_run.stderr
-    a = rs.load(tmp_path / "console" / "train_plain.rstrace").to_dict()
-    b = rs.load(tmp_path / "module" / "train_plain.rstrace").to_dict()
-    assert a["peak"]["bytes"] == b["peak"]["bytes"] and a["peak"]["by_category"] == b["peak"]["by_category"]
