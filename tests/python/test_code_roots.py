@@ -33,17 +33,19 @@ def test_tracking_a_model_starts_before_any_optimizer_exists():
 
 
 def test_inductors_cache_is_library_code_where_torch_itself_puts_it():
-    # Given where Inductor's own cache_dir() puts compiled code, and the library roots computed
-    # in an interpreter that never imported Inductor,
-    torch_says = _fresh("from torch._inductor.runtime.cache_dir_utils import cache_dir\n"
-                        "print(cache_dir())\n")
-    ours = _fresh("import json, torch, sys\n"
-                  "from ridgescope._code_roots import _code_roots\n"
-                  "print(json.dumps(_code_roots()[0]))\n"
-                  "print('torch._inductor' in sys.modules)\n")
-    assert torch_says.returncode == 0 and ours.returncode == 0, torch_says.stderr + ours.stderr
-    library = json.loads(ours.stdout.splitlines()[0])
-    # then Inductor was not imported for it, and its cache directory is among the roots.
-    assert ours.stdout.splitlines()[1] == "False"
-    cache = torch_says.stdout.strip().splitlines()[-1].rstrip(os.sep) + os.sep
+    # Given the library roots computed in an interpreter that never imported Inductor, and then,
+    # in the same interpreter, where Inductor's own cache_dir() puts compiled code,
+    run = _fresh("import json, os, sys, torch\n"
+                 "from ridgescope._code_roots import _code_roots\n"
+                 "print(json.dumps(_code_roots()[0]))\n"
+                 "print('torch._inductor' in sys.modules, os.environ.get('TORCHINDUCTOR_CACHE_DIR'))\n"
+                 "from torch._inductor.runtime.cache_dir_utils import cache_dir\n"
+                 "print(cache_dir())\n")
+    assert run.returncode == 0, run.stderr
+    roots, before, torch_says = run.stdout.splitlines()[-3:]
+    library = json.loads(roots)
+    # then Inductor was not imported for it (nor its cache folder set), and its cache directory
+    # is among the roots.
+    assert before == "False None"
+    cache = torch_says.rstrip(os.sep) + os.sep
     assert cache in library or os.path.realpath(cache).rstrip(os.sep) + os.sep in library

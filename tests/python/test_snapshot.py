@@ -13,7 +13,7 @@ import pickle
 import pickletools
 import re
 import resource
-import subprocess
+import runpy
 import sys
 from collections import Counter
 from pathlib import Path
@@ -97,17 +97,18 @@ def test_the_export_loads_in_torch_memory_viz_and_every_allocation_shows_its_cat
     assert sum(s["total_size"] for s in embedded["segments"]) == run["report"]["totals"]["final_live_bytes"]
 
 
-def test_the_memory_viz_command_line_reads_the_export(run, tmp_path):
+def test_the_memory_viz_command_line_reads_the_export(run, tmp_path, monkeypatch, capsys):
+    """`python -m torch.cuda._memory_viz trace_plot|stats FILE`: torch's own command line, its
+    `__main__` block run in this process (runpy) rather than in a new interpreter."""
+    def memory_viz(*args: str) -> str:
+        monkeypatch.setattr(sys, "argv", ["_memory_viz.py", *args])
+        runpy.run_path(_memory_viz.__file__, run_name="__main__")
+        return capsys.readouterr().out
+
     out = tmp_path / "plot.html"
-    done = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "trace_plot",
-                           str(run["pickle"]), "-o", str(out)], capture_output=True, text=True,
-                          timeout=180)
-    assert done.returncode == 0, done.stderr
+    memory_viz("trace_plot", str(run["pickle"]), "-o", str(out))
     assert "snapshot.pickle" in out.read_text()
-    done = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "stats", str(run["pickle"])],
-                          capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    assert "total_reserved" in done.stdout
+    assert "total_reserved" in memory_viz("stats", str(run["pickle"]))
 
 
 # --------------------------------------------------------------------------- (b) opcodes
