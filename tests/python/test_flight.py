@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # A small MLP trained for STEPS steps; step PEAK_STEP takes a batch 16 times larger (the highest
 # peak, far from the end), step MARK_STEP is marked. Steps are counted at each optimizer step:
 # the mark, made after the optimizer step of loop iteration MARK_STEP - 1, falls in MARK_STEP.
-STEPS, PEAK_STEP, MARK_STEP = 1500, 200, 900
+STEPS, PEAK_STEP, MARK_STEP = 600, 200, 400
 SCRIPT = f"""
 import sys
 import torch
@@ -108,7 +108,7 @@ def test_the_summaries_of_every_step_equal_those_of_the_full_trace(full_and_boun
 
 
 def test_the_highest_peak_far_from_the_end_is_kept_and_analysed_as_in_the_full_trace(full_and_bounded) -> None:
-    """Given the highest peak in step 200 of 1500, then the bounded trace keeps steps 199-200,
+    """Given the highest peak in step 200 of 600, then the bounded trace keeps steps 199-200,
     the marked step with its neighbours and the last ten steps, and its peak (bytes, step,
     phase, composition, blocks, sites) is the full trace's."""
     full, bounded, _, _ = full_and_bounded
