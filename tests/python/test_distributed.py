@@ -4,7 +4,7 @@ flat parameters, ZeroRedundancyOptimizer, bitwise-identical losses, the merged r
 rank, and a rank that is killed.
 
 Each world runs once in the session, for both pytest workers (tests/python/run_once.py), its
-ranks forked from a server that has imported torch (tests/python/rank_processes.py); the job is
+ranks forked from a server that has imported torch (tests/python/fork_server.py); the job is
 tests/python/distributed_jobs.py: every rank runs
 every scenario untracked and tracked and records what torch itself says (the reducer's bucket
 sizes, the DTensors' local shards, the optimizers' state); the tests compare the rank's trace
@@ -27,7 +27,7 @@ from ridgescope.distributed import merge_traces
 
 import boundary_replay
 import distributed_jobs
-from rank_processes import free_port, run_ranks
+from fork_server import free_port, run_ranks
 from run_once import once
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),

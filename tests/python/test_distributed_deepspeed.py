@@ -22,7 +22,7 @@ import torch.distributed as dist
 import ridgescope as rs
 import boundary_replay
 import deepspeed_jobs
-from rank_processes import free_port, run_ranks
+from fork_server import free_port, run_ranks
 from run_once import once
 
 needs_deepspeed = pytest.mark.skipif(

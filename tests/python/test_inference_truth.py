@@ -13,10 +13,12 @@ wrong category (half the L1 distance between the exact and the inferred composit
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import ROOT
+from fork_server import call
 from run_once import once
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -25,11 +27,17 @@ import inference_truth as truth  # noqa: E402
 FAST = [n for n in truth.WORKLOADS if n not in ("compiled", "ddp_gloo")]
 
 
+def measure_all(work: str) -> dict:
+    return {name: truth.measure(name, Path(work), steps=3) for name in FAST}
+
+
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    """The runs and their comparisons, once for both pytest workers (tests/python/run_once.py)."""
-    return once(tmp_path_factory, "inference-truth",
-                lambda work: {name: truth.measure(name, work, steps=3) for name in FAST})
+    """The runs and their comparisons, once for both pytest workers (tests/python/run_once.py),
+    in a process of their own forked from the fork server (tests/python/fork_server.py): the
+    profiler that records the frees' stacks, and the stripping of every frame, cost twice as
+    much on the 60 frames of pytest's stack as on a script's few."""
+    return once(tmp_path_factory, "inference-truth", lambda work: call(measure_all, str(work)))
 
 
 @pytest.fixture(scope="module")
