@@ -4,6 +4,7 @@ itself is checked in Chromium by test_html_report.py): `ridgescope report --form
 bar that appears on a terminal only."""
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -11,6 +12,7 @@ import pty
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from ridgescope._reporters._html import HTML_MAX_STEPS, page_data
 from ridgescope._progress import Progress
 from conftest import ROOT, make_mlp, mlp_batch, mlp_loss, train
 from inprocess_cli import ridgescope
+from ridgescope.cli import main as cli_main
 
 CLI = [sys.executable, "-m", "ridgescope.cli"]
 DATA = re.compile(r'<script type="application/json" id="rs-data">(.*?)</script>', re.S)
@@ -127,28 +130,35 @@ def test_the_progress_bar_draws_only_on_a_terminal():
     assert text.endswith("\r")  # the line is left blank for what follows
 
 
-def test_the_command_line_shows_progress_on_a_real_terminal(trace, tmp_path):
-    # When standard error is a pseudo-terminal, the bar appears there (and nothing on stdout)
+def test_the_command_line_shows_progress_on_a_real_terminal(trace, tmp_path, capsys):
+    # When standard error is a pseudo-terminal (the command run in this process, its stderr the
+    # terminal's other end, read as it is written), the bar appears there (and nothing on stdout)
     out = tmp_path / "tty.html"
     primary, secondary = pty.openpty()
-    try:
-        p = subprocess.Popen([*CLI, "report", str(trace), "--format", "html", "-o", str(out)],
-                             stdout=subprocess.PIPE, stderr=secondary)
-        os.close(secondary)
-        chunks = []
+    chunks: list[bytes] = []
+
+    def read() -> None:
         while True:
             try:
                 data = os.read(primary, 4096)
-            except OSError:  # EIO: the child closed the terminal
-                break
+            except OSError:  # EIO: the terminal's other end is closed
+                return
             if not data:
-                break
+                return
             chunks.append(data)
-        stdout, _ = p.communicate(timeout=120)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        with open(secondary, "w", encoding="utf-8", closefd=True) as terminal, \
+                contextlib.redirect_stderr(terminal):
+            assert sys.stderr.isatty()
+            code = cli_main(["report", str(trace), "--format", "html", "-o", str(out)])
     finally:
+        reader.join(timeout=60)
         os.close(primary)
     text = b"".join(chunks).decode(errors="replace")
-    assert p.returncode == 0
+    assert code == 0
     assert "analysing the trace" in text and "rendering the report" in text
     assert f"wrote {out}" in text
-    assert stdout == b""
+    assert capsys.readouterr().out == ""
