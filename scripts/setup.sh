@@ -41,7 +41,9 @@ fi
 py=.venv/bin/python
 
 # 3. torch 2.14.1 and numpy, and the test tools.
-if ! "$py" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.14.1')" 2>/dev/null; then
+# (Its installed version, read from its metadata: importing torch costs 3 s; the last step
+# imports it anyway.)
+if ! "$py" -c "import sys; from importlib.metadata import version; sys.exit(version('torch').split('+')[0] != '2.14.1')" 2>/dev/null; then
   log "installing torch 2.14.1 (a CUDA build; large on first install)"
   "$py" -m pip install -q --disable-pip-version-check torch==2.14.1
 fi
@@ -106,14 +108,17 @@ fi
 stamp_file=build/.stamp-python
 mkdir -p build
 stamp=$( (find csrc include cmake -type f -print0 | sort -z | xargs -0 cat; cat CMakeLists.txt setup.py pyproject.toml python/ridgescope/_version.py) | sha256sum | cut -d' ' -f1)
-if [[ ! -f "$stamp_file" || "$(cat "$stamp_file")" != "$stamp" ]] || ! "$py" -c "import ridgescope._C" 2>/dev/null; then
+# The module imports (ridgescope._C with torch) once: that check is also the last line's.
+ready='import ridgescope._C, ridgescope, torch; print("ridgescope", ridgescope.__version__, "with torch", torch.__version__)'
+if [[ ! -f "$stamp_file" || "$(cat "$stamp_file")" != "$stamp" ]] || ! versions=$("$py" -c "$ready" 2>/dev/null); then
   log "building ridgescope (C++ core, torch sources, Python module)"
   CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$py" -m pip install -q --disable-pip-version-check \
     --no-build-isolation --no-deps -e .
   echo "$stamp" > "$stamp_file"
+  versions=$("$py" -c "$ready")
 fi
 if [[ -n "$tools_pid" ]]; then
   wait "$tools_pid" || { cat "$tools_log" >&2; log "installing the test tools failed (above)"; exit 1; }
   grep -h '^\[setup' "$tools_log" >&2 || true
 fi
-log "ready: $("$py" -c 'import ridgescope, torch; print("ridgescope", ridgescope.__version__, "with torch", torch.__version__)')"
+log "ready: $versions"
