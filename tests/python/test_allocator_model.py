@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -19,6 +16,7 @@ from ridgescope._allocator_model import (AllocatorModel, actions_from_snapshot,
                                          round_size, simulate)
 from ridgescope.cli import main as cli_main
 from conftest import make_mlp, mlp_batch, mlp_loss, train
+from fork_server import call
 
 MiB = 1 << 20
 
@@ -303,20 +301,24 @@ def test_whatif_cli_reads_a_torch_snapshot_with_its_recorded_settings(tmp_path, 
     assert "'device_traces' must be a list" in capsys.readouterr().err
 
 
-_TORCH_ORACLE = textwrap.dedent("""
-    import ctypes, json, sys, pathlib, torch
+def torch_oracle(confs: list[str]) -> dict:
+    """What torch's own parser (libc10's AcceleratorAllocatorConfig) makes of each setting: its
+    roundup_power2_divisions table for 1 MiB .. 32 GiB, or its error. Run in a process of its own
+    (forked from the fork server, tests/python/fork_server.py): each setting changes that
+    process's allocator configuration."""
+    import ctypes
+    import pathlib
     lib = ctypes.CDLL(str(pathlib.Path(torch.__file__).parent / "lib" / "libc10.so"))
     f = lib._ZN3c1016CachingAllocator26AcceleratorAllocatorConfig24roundup_power2_divisionsEm
     f.restype, f.argtypes = ctypes.c_size_t, [ctypes.c_size_t]
-    out = {}
-    for conf in json.loads(sys.argv[1]):
+    out: dict = {}
+    for conf in confs:
         try:
             torch._C._accelerator_setAllocatorSettings(conf)
             out[conf] = [f(1 << (20 + i)) for i in range(16)]
         except Exception as exc:
             out[conf] = "error: " + str(exc).splitlines()[0]
-    print(json.dumps(out))
-""")
+    return out
 
 
 def test_settings_parse_like_torch_2_14():
@@ -332,10 +334,7 @@ def test_settings_parse_like_torch_2_14():
            "per_process_memory_fraction:1.5", "max_non_split_rounding_mb:10",
            "expandable_segments:True,,max_split_size_mb:30", "roundup_power2_divisions:[256:3]",
            "roundup_power2_divisions:[300:2]"]
-    proc = subprocess.run([sys.executable, "-c", _TORCH_ORACLE, json.dumps(good + bad)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    torch_says = json.loads(proc.stdout.strip().splitlines()[-1])
+    torch_says = call(torch_oracle, good + bad)
     for conf in good:
         assert parse_alloc_conf(conf)["roundup_power2_divisions"] == torch_says[conf], conf
     for conf in bad:
