@@ -6,7 +6,7 @@ A module-scoped fixture runs once per worker that runs one of the module's tests
 truth three times, the DDP worlds and the flight runs twice). ``once`` runs ``make(folder)`` in
 a folder both workers share (the parent of their base temporary folders, which pytest-xdist
 names ``popen-gw0``, ``popen-gw1``), under a file lock: the first worker runs it and keeps its
-JSON result beside the files; the other waits on the lock and reads the same result and files.
+result (pickled) beside the files; the other waits on the lock and reads the same result and files.
 
 A ``make`` that fails leaves no result: the next caller (the other worker, or the next test of
 the same worker) clears the folder and runs it again, so the failure is reported where it
@@ -14,7 +14,7 @@ happened and never read back as a result."""
 from __future__ import annotations
 
 import fcntl
-import json
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -31,20 +31,20 @@ def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def once(tmp_path_factory: pytest.TempPathFactory, name: str,
          make: Callable[[Path], Any]) -> tuple[Path, Any]:
-    """Returns ``(folder, result)`` of ``make(folder)``, run once in this session; ``result``
-    must be JSON (read back by the workers that did not run it, so every caller sees the same
-    types: a dict's keys come back as strings)."""
+    """Returns ``(folder, result)`` of ``make(folder)``, run once in this session. ``result`` is
+    pickled for the callers that did not run it (this session's own data, in its own folder), so
+    every caller sees the same value, types and all."""
     root = shared_root(tmp_path_factory)
     folder = root / f"once-{name}"
-    done = root / f"once-{name}.json"
+    done = root / f"once-{name}.pickle"
     with open(root / f"once-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if done.exists():
-            return folder, json.loads(done.read_text())
+            return folder, pickle.loads(done.read_bytes())
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir()
-        result = json.loads(json.dumps(make(folder)))  # the same types for every caller
+        result = make(folder)
         partial = done.with_suffix(".partial")
-        partial.write_text(json.dumps(result))
+        partial.write_bytes(pickle.dumps(result))
         partial.replace(done)
         return folder, result

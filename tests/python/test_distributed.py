@@ -47,9 +47,7 @@ def run_job(out: Path, world: int, scenarios: list[str], kill: bool = False) -> 
 def _job_once(tmp_path_factory: pytest.TempPathFactory, world: int, scenarios: list[str],
               kill: bool = False) -> tuple[Path, dict[int, Any]]:
     """The world's job, once for both pytest workers (tests/python/run_once.py)."""
-    out, results = once(tmp_path_factory, f"world{world}",
-                        lambda out: run_job(out, world, scenarios, kill))
-    return out, {int(rank): r for rank, r in results.items()}
+    return once(tmp_path_factory, f"world{world}", lambda out: run_job(out, world, scenarios, kill))
 
 
 @pytest.fixture(scope="module")
@@ -350,7 +348,6 @@ def test_merged_report_names_the_highest_rank(world4: tuple[Path, dict[int, Any]
     highest peak, by the difference to the lowest, and every rank's figures equal its own
     single-rank report."""
     _, results = world4
-    out = tmp_path
     traces = [results[r]["ddp_skewed"]["trace"] for r in range(4)]
     merged = merge_traces(reversed(traces))
     s = merged["ranks"]
@@ -366,17 +363,17 @@ def test_merged_report_names_the_highest_rank(world4: tuple[Path, dict[int, Any]
         assert row["by_category"] == peak["by_category"] and row["status"] == "ok"
     assert any(p["max_rank"] == 2 for p in s["divergent_phases"])
 
-    assert cli_main(["report", *traces, "--format", "json", "-o", str(out / "m.json")]) == 0
-    assert json.loads((out / "m.json").read_text())["ranks"]["highest"]["rank"] == 2
+    assert cli_main(["report", *traces, "--format", "json", "-o", str(tmp_path / "m.json")]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["ranks"]["highest"]["rank"] == 2
     assert cli_main(["report", *traces]) == 0
     text = capsys.readouterr().out
     assert "Highest peak: rank 2" in text and "Phases where ranks diverge" in text
-    assert cli_main(["report", *traces, "--format", "html", "-o", str(out / "m.html")]) == 0
-    page = (out / "m.html").read_text()
+    assert cli_main(["report", *traces, "--format", "html", "-o", str(tmp_path / "m.html")]) == 0
+    page = (tmp_path / "m.html").read_text()
     assert 'id="rs-rank-a"' in page and '"highest":{"rank":2' in page
 
-    assert cli_main(["diff", traces[0], traces[2], "--format", "json", "-o", str(out / "d.json")]) == 0
-    d = json.loads((out / "d.json").read_text())
+    assert cli_main(["diff", traces[0], traces[2], "--format", "json", "-o", str(tmp_path / "d.json")]) == 0
+    d = json.loads((tmp_path / "d.json").read_text())
     assert (d["rank_a"], d["rank_b"]) == (0, 2)
     assert d["peak"]["change"] == singles[2]["bytes"] - singles[0]["bytes"]
 

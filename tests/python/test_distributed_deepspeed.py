@@ -30,7 +30,7 @@ needs_deepspeed = pytest.mark.skipif(
     or not dist.is_gloo_available(), reason="DeepSpeed (scripts/setup.sh) or gloo is missing")
 
 
-def _job(out: Path) -> dict[str, Any]:
+def _job(out: Path) -> dict[int, Any]:
     run_ranks(deepspeed_jobs.job, 2, (2, free_port(), str(out), [1, 2, 3]))
     return {r: json.loads((out / f"results.rank{r}.json").read_text()) for r in range(2)}
 
@@ -38,8 +38,7 @@ def _job(out: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def zero(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
     """The three stages' job, once for both pytest workers (tests/python/run_once.py)."""
-    _, results = once(tmp_path_factory, "deepspeed-zero", _job)
-    return {int(rank): r for rank, r in results.items()}
+    return once(tmp_path_factory, "deepspeed-zero", _job)[1]
 
 
 @needs_deepspeed

@@ -57,18 +57,18 @@ def run_script(tmp_path: Path, keep_steps: str, name: str) -> Path:
     return out
 
 
-def _full_and_bounded(tmp: Path) -> list[str]:
+def _full_and_bounded(tmp: Path) -> tuple[Path, Path]:
     full = run_script(tmp, "all", "full")
     bounded = tmp / "bounded.rstrace"
     _C.compact_trace(str(full), str(bounded), 10, 64 * 1024)  # rewritten many times on the way
-    return [str(full), str(bounded)]
+    return full, bounded
 
 
 @pytest.fixture(scope="module")
 def full_and_bounded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, Path, Path]:
     """The full run and its bounded re-recording, once for both pytest workers
     (tests/python/run_once.py)."""
-    full, bounded = map(Path, once(tmp_path_factory, "flight", _full_and_bounded)[1])
+    full, bounded = once(tmp_path_factory, "flight", _full_and_bounded)[1]
     return rs.load(full).to_dict(), rs.load(bounded).to_dict(), full, bounded
 
 

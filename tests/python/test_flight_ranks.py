@@ -36,18 +36,18 @@ dist.destroy_process_group()
 """
 
 
-def _torchrun(folder: Path) -> list[str]:
+def _torchrun(folder: Path) -> list[Path]:
     (folder / "train.py").write_text(TRAIN)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "ridgescope.cli", "run", "--keep-steps", "3", "train.py"]
     done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return sorted(str(p) for p in folder.glob("train.rank*.rstrace"))
+    return sorted(folder.glob("train.rank*.rstrace"))
 
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return [Path(t) for t in once(tmp_path_factory, "torchrun-ddp", _torchrun)[1]]
+    return once(tmp_path_factory, "torchrun-ddp", _torchrun)[1]
 
 
 def _phase(report: dict, step: int, name: str) -> dict:
