@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_flatten
 from . import _compile, _model_info
 from ._data import DatasetRegistrar
 from ._models import Models
+from ._saved_hooks import SavedTensorHooks, builds_graph
 from ._tagging import Tagging
 from ._undo import remove_all
 from .distributed import DistributedTracking
@@ -51,7 +52,7 @@ class Instrumentation(Tagging):
         self._activations = activations
         self._handles: list[Any] = []
         self._restore: list[Callable[[], None]] = []
-        self._saved_hooks: Any = None
+        self._saved_hooks: SavedTensorHooks | None = None
         self._local = threading.local()
         self._phase_stack: list[tuple[str, bool]] = []  # (name, explicit)
         self._recomputing = False  # a recompute phase is open (module outputs are activations)
@@ -149,6 +150,8 @@ class Instrumentation(Tagging):
                 return False
             self._phase_stack.append((name, explicit))
             self._recomputing = any(n == "recompute" for n, _ in self._phase_stack)
+        if name == "recompute" and self._saved_hooks is not None:
+            self._saved_hooks.push_for_recompute()
         self._native.sample_allocator()
         self._native.phase_begin(self.label(name))
         return True
@@ -160,6 +163,8 @@ class Instrumentation(Tagging):
                     del self._phase_stack[i:]
                     break
             self._recomputing = any(n == "recompute" for n, _ in self._phase_stack)
+        if name == "recompute" and self._saved_hooks is not None:
+            self._saved_hooks.pop_after_recompute()
         self._native.phase_end(self.label(name))
         self._native.sample_allocator()
         self.check_native()
@@ -347,8 +352,9 @@ class Instrumentation(Tagging):
         self._handles.extend(self.module_hook_handles)
 
         self._patch(torch.autograd, "backward",
-                    self._phase_wrapper("backward", self.tag_gradients, self._tag_loss))
-        self._patch(torch.autograd, "grad", self._phase_wrapper("backward"))
+                    self._phase_wrapper("backward", self._after_backward, self._before_backward))
+        self._patch(torch.autograd, "grad",
+                    self._phase_wrapper("backward", self._after_grad, self._before_grad))
         self._patch(torch.optim.Optimizer, "zero_grad",
                     self._phase_wrapper("zero_grad", before=self._before_optimizer_zero_grad))
         self._patch(torch.nn.Module, "zero_grad", self._phase_wrapper("zero_grad"))
@@ -383,8 +389,8 @@ class Instrumentation(Tagging):
             # native (the dry run of rs.estimate) has a pack_saved method instead.
             hooks = getattr(self._native, "saved_tensor_hooks", None)
             pack, unpack = hooks() if hooks is not None else (self._native.pack_saved, _identity)
-            self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
-            self._saved_hooks.__enter__()
+            self._saved_hooks = SavedTensorHooks(pack, unpack)
+            self._saved_hooks.install()
         for extension in self.extensions:
             extension.install()
 
@@ -395,6 +401,30 @@ class Instrumentation(Tagging):
         if (self._optimizer is None and isinstance(optimizer, torch.optim.Optimizer)
                 and self.compile.in_function_region()):
             self._adopt_optimizer(optimizer)
+
+    # Around the outermost backward on a thread: the saved-tensor hooks are off torch's stack
+    # while it runs (_saved_hooks.py), unless it builds a graph of its own.
+    def _before_backward(self, *args: Any, **kwargs: Any) -> None:
+        self._tag_loss(*args, **kwargs)
+        self._suspend_saved_hooks(builds_graph(args, kwargs, 3))
+
+    def _after_backward(self) -> None:
+        self._restore_saved_hooks()
+        self.tag_gradients()
+
+    def _before_grad(self, *args: Any, **kwargs: Any) -> None:
+        self._suspend_saved_hooks(builds_graph(args, kwargs, 4))
+
+    def _after_grad(self) -> None:
+        self._restore_saved_hooks()
+
+    def _suspend_saved_hooks(self, builds_graph: bool) -> None:
+        if self._saved_hooks is not None and not builds_graph:
+            self._saved_hooks.suspend()
+
+    def _restore_saved_hooks(self) -> None:
+        if self._saved_hooks is not None:
+            self._saved_hooks.restore()
 
     def _tag_loss(self, tensors: Any = None, *args: Any, **kwargs: Any) -> None:
         """The tensor backward starts from (the loss) is an output of the step's forward."""
@@ -480,7 +510,7 @@ class Instrumentation(Tagging):
         if self._saved_hooks is not None:
             hooks, self._saved_hooks = self._saved_hooks, None
             try:
-                hooks.__exit__(None, None, None)
+                hooks.remove()
             except Exception:
                 pass  # exited on another thread or out of order: nothing left to undo
 

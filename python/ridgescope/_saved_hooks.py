@@ -1,0 +1,94 @@
+"""The saved-tensor hook pair that tags activations, and its absence during backward.
+
+torch keeps the default saved-tensor hooks in a per-thread stack, and that stack is part of the
+thread-local state the autograd engine copies around every node it runs in backward: three copies
+per node, each taking the GIL twice to count references to the hook pair (at::ThreadLocalState;
+measured on TinyGPT, 2 torch threads: about 1.5 % of the step). A plain backward saves nothing
+for a later backward, so the pair is taken off the stack while it runs and put back when it
+returns (``suspend``/``restore``). A backward that builds a graph (``create_graph=True``: double
+backward, gradient penalties) keeps it, and a module run inside backward with no hooks on the
+stack (a reentrant checkpoint's recomputation, the ``recompute`` phase) gets it back for that
+call (``push_for_recompute``/``pop_after_recompute``), so every tensor saved for a backward is
+tagged as before. (A non-reentrant checkpoint recomputes under torch's own pair, as it did
+before: that pair is on top then, and ours was never called.) Saved tensors keep their own unpack hook: taking the pair off the stack never changes
+how they are unpacked.
+
+Only the top of the stack is ever touched: when the script pushed hooks of its own above ours
+(torch's checkpointing, offloading to the CPU), nothing is suspended.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import torch
+
+_autograd = torch._C._autograd
+# Which hook pair is on top (torch 2.6+); without it nothing is ever suspended.
+_top = getattr(_autograd, "_top_saved_tensors_default_hooks", None)
+
+
+class SavedTensorHooks:
+    """Pushes ``pack``/``unpack`` on the current thread's stack of default hooks (``install``)
+    and pops them (``remove``); in between, ``suspend``/``restore`` around a backward."""
+
+    def __init__(self, pack: Callable[[Any], Any], unpack: Callable[[Any], Any]) -> None:
+        self._pack = pack
+        self._unpack = unpack
+        self._context = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+        self._local = threading.local()
+
+    def install(self) -> None:
+        self._context.__enter__()
+
+    def remove(self) -> None:
+        """Pops the pair; not when it is suspended on this thread or another pair is on top
+        (the script's own hooks are never popped)."""
+        if getattr(self._local, "suspended", False):
+            self._local.suspended = False
+            return
+        if _top is None or self._on_top():
+            self._context.__exit__(None, None, None)
+
+    def _on_top(self) -> bool:
+        if _top is None:
+            return False
+        top = _top(True)
+        return top is not None and top[0] is self._pack and top[1] is self._unpack
+
+    def suspend(self) -> None:
+        """Takes the pair off this thread's stack when it is on top (``restore`` puts it back)."""
+        if self._on_top():
+            _autograd._pop_saved_tensors_default_hooks()
+            self._local.suspended = True
+
+    def restore(self) -> None:
+        if getattr(self._local, "suspended", False):
+            self._local.suspended = False
+            _autograd._push_saved_tensors_default_hooks(self._pack, self._unpack)
+
+    def push_for_recompute(self) -> None:
+        """A module runs inside backward: its saved tensors are tagged as in forward. Only where
+        no hooks are on the stack: a non-reentrant checkpoint's recomputation runs under torch's
+        own hook pair, which must keep seeing every tensor it saves."""
+        pushed = False
+        if _top is not None and _top(True) is None:
+            _autograd._push_saved_tensors_default_hooks(self._pack, self._unpack)
+            pushed = True
+        stack = getattr(self._local, "recompute", None)
+        if stack is None:
+            stack = self._local.recompute = []
+        stack.append(pushed)
+
+    def pop_after_recompute(self) -> None:
+        stack = getattr(self._local, "recompute", None)
+        if stack and stack.pop() and self._on_top():
+            _autograd._pop_saved_tensors_default_hooks()
+
+
+def builds_graph(args: tuple, kwargs: dict, position: int) -> bool:
+    """Whether a call of ``torch.autograd.backward`` (``create_graph`` is its 4th parameter) or
+    ``torch.autograd.grad`` (its 5th) asks for a graph of the backward."""
+    if "create_graph" in kwargs:
+        return bool(kwargs["create_graph"])
+    return len(args) > position and bool(args[position])

@@ -1,0 +1,198 @@
+"""Specification of the saved-tensor hook pair during backward (python/ridgescope/_saved_hooks.py).
+
+torch copies its stack of default saved-tensor hooks around every autograd node it runs. A plain
+backward saves nothing, so ridgescope's pair is off the stack while it runs and back when it
+returns. What torch saves is tagged exactly as before, and the script's own hooks and
+checkpointing are never disturbed."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.utils.checkpoint as ckpt
+
+import ridgescope as rs
+import ridgescope._saved_hooks as saved_hooks
+from conftest import make_mlp, mlp_batch, mlp_loss
+
+top = torch._C._autograd._top_saved_tensors_default_hooks
+
+
+def is_ridgescope_pair(pair) -> bool:
+    return pair is not None and getattr(pair[0], "__name__", "") == "pack_saved"
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.fc2 = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class Net(torch.nn.Module):
+    """Two blocks; the first may be checkpointed (reentrant or not)."""
+
+    def __init__(self, checkpoint: str | None = None) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = Block(), Block()
+        self.checkpoint = checkpoint
+
+    def forward(self, x):
+        if self.checkpoint is None:
+            h = self.a(x)
+        else:
+            h = ckpt.checkpoint(self.a, x, use_reentrant=self.checkpoint == "reentrant")
+        return self.b(h).square().mean()
+
+
+def test_a_plain_backward_runs_without_the_pair_and_every_step_gets_it_back(trace_path):
+    """Given a tracked MLP trained 3 steps, when each backward runs, then torch's stack of default
+    hooks is empty inside it (seen from a gradient hook), ridgescope's pair is on top again after
+    it, and the forwards after a restored pair (steps 1 and 2) tag the same activation bytes."""
+    model = make_mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    inside, after = [], []
+    with rs.track(model=model, optimizer=opt, out=trace_path) as session:
+        for i in range(3):
+            x, y = mlp_batch(16, i)
+            loss = mlp_loss(model, x, y)
+            loss.register_hook(lambda g: inside.append(top(True)))
+            opt.zero_grad()
+            loss.backward()
+            after.append(top(True))
+            opt.step()
+    assert inside == [None, None, None]
+    assert all(is_ridgescope_pair(p) for p in after)
+    assert top(True) is None  # nothing left behind
+    forwards = [p for s in session.report().to_dict()["steps"] for p in s["phases"] if p["phase"] == "forward"]
+    assert len(forwards) == 3
+    assert forwards[1]["end_by_category"]["activation"] == forwards[2]["end_by_category"]["activation"] > 0
+
+
+def test_the_activations_tagged_are_those_of_the_pair_kept_through_backward(tmp_path, monkeypatch):
+    """Given the same 3 steps tracked twice, once with the pair kept on the stack through
+    backward (the earlier behaviour), then every phase of the report has the same bytes by
+    category, and the run's losses are bitwise those of an untracked run."""
+    def run(path):
+        model = make_mlp()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        losses = []
+        with rs.track(model=model, optimizer=opt, out=path) as session:
+            for i in range(3):
+                x, y = mlp_batch(16, i)
+                opt.zero_grad()
+                loss = mlp_loss(model, x, y)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+        r = session.report().to_dict()
+        return losses, [(p["phase"], p["end_by_category"], p["peak_by_category"])
+                        for s in r["steps"] for p in s["phases"]]
+
+    suspended_losses, suspended = run(tmp_path / "suspended.rstrace")
+    monkeypatch.setattr(saved_hooks.SavedTensorHooks, "suspend", lambda self: None)
+    kept_losses, kept = run(tmp_path / "kept.rstrace")
+    assert suspended == kept
+    model = make_mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    plain = []
+    for i in range(3):
+        x, y = mlp_batch(16, i)
+        opt.zero_grad()
+        loss = mlp_loss(model, x, y)
+        loss.backward()
+        opt.step()
+        plain.append(loss.item())
+    assert suspended_losses == kept_losses == plain
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
+@pytest.mark.parametrize("how", ["backward", "grad"])
+def test_a_backward_that_builds_a_graph_keeps_the_pair(trace_path, how):
+    """Given a gradient penalty (create_graph=True, by Tensor.backward or autograd.grad), when its
+    backward runs, then ridgescope's pair stays on top: the graph it builds saves tensors for
+    the second backward, and they are tagged."""
+    model = make_mlp()
+    x, y = mlp_batch(8, 0)
+    x.requires_grad_(True)
+    inside = []
+    with rs.track(model=model, out=trace_path):
+        loss = mlp_loss(model, x, y)
+        loss.register_hook(lambda g: inside.append(top(True)))
+        if how == "backward":
+            loss.backward(create_graph=True)
+            penalty = x.grad.square().sum()
+        else:
+            (g,) = torch.autograd.grad(loss, x, create_graph=True)
+            penalty = g.square().sum()
+        penalty.backward()
+    assert len(inside) == 1 and is_ridgescope_pair(inside[0])
+    assert top(True) is None
+
+
+@pytest.mark.parametrize("mode", ["reentrant", "non_reentrant"])
+def test_checkpointing_recomputes_as_before(tmp_path, mode):
+    """Given a block under activation checkpointing, when backward recomputes it, then a
+    reentrant recomputation (no hooks on the stack) saves through ridgescope's pair, a
+    non-reentrant one through torch's own pair (its count of saved tensors must match), the
+    recompute phase is recorded every step, and the losses are bitwise those untracked."""
+    def train(tracked):
+        model = Net(checkpoint=mode)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        seen, losses = [], []
+
+        def during_recompute(module, args, out):
+            if torch._C._current_graph_task_id() != -1:  # inside backward
+                seen.append(top(True))
+        model.a.fc1.register_forward_hook(during_recompute)
+        session = rs.track(model=model, optimizer=opt, out=tmp_path / f"{mode}.rstrace") if tracked else None
+        if session:
+            session.start()
+        for i in range(3):
+            torch.manual_seed(i)
+            loss = model(torch.randn(8, 16, requires_grad=True))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        if session:
+            session.stop()
+        return seen, losses, session
+
+    seen, losses, session = train(tracked=True)
+    _, plain, _ = train(tracked=False)
+    assert losses == plain
+    assert len(seen) == 3
+    if mode == "reentrant":
+        assert all(is_ridgescope_pair(p) for p in seen)
+    else:
+        assert all(p is not None and not is_ridgescope_pair(p) for p in seen)
+    phases = [p["phase"] for s in session.report().to_dict()["steps"] for p in s["phases"]]
+    assert phases.count("recompute") == 3
+    assert top(True) is None
+
+
+def test_hooks_of_the_script_above_the_pair_are_left_alone(trace_path):
+    """Given a script that pushes its own saved-tensor hooks after tracking started, when its
+    backward runs, then its pair stays on top inside backward (nothing is suspended), and it is
+    still on top when the session stops inside its block."""
+    model = make_mlp()
+    x, y = mlp_batch(8, 0)
+    mine = []
+    pack, unpack = (lambda t: (mine.append(1), t)[1]), (lambda t: t)
+    session = rs.track(model=model, out=trace_path).start()
+    inside = []
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        loss = mlp_loss(model, x, y)
+        loss.register_hook(lambda g: inside.append(top(True)))
+        loss.backward()
+        session.stop()
+        assert top(True)[0] is pack
+    assert inside[0][0] is pack and mine
+    # ridgescope's pair was under the script's: it was not popped by a stop made above it.
+    assert is_ridgescope_pair(top(True))
+    torch._C._autograd._pop_saved_tensors_default_hooks()
+    assert top(True) is None
