@@ -20,6 +20,7 @@ struct Entry {
   c10::DeleterFnPtr inner_deleter;
   std::uint32_t generation;  // the session that counts this block (0: none)
   std::uint64_t serial = 0;  // unique per allocation (an address is reused; a serial never is)
+  bool resident = false;     // wholly resident at a host reading: not asked again (host_memory_source)
 };
 
 // Everything below is guarded by g_mutex, a leaf lock except for the Recorder's own leaf lock,
@@ -214,6 +215,7 @@ std::uint64_t register_cpu_storage(c10::StorageImpl* storage) {
   if (dp.get_deleter() == &tracked_delete && it != g_blocks->end()) {
     if (it->second.generation == g_generation) return 0;  // already counted in this session
     it->second.generation = g_generation;
+    it->second.resident = false;
     g_live_bytes += it->second.bytes;
     record_locked(EventKind::Alloc, ptr, it->second.bytes, pre_existing_locked());
     return it->second.bytes;
@@ -247,15 +249,33 @@ std::uint64_t cpu_live_bytes() {
   return g_live_bytes;
 }
 
-std::vector<CpuBlock> cpu_allocator_blocks() {
-  std::vector<CpuBlock> out;
+CpuBlockCensus cpu_allocator_unmeasured_blocks(std::vector<CpuBlock>* unmeasured) {
+  CpuBlockCensus census;
+  unmeasured->clear();
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_recorder == nullptr || g_blocks == nullptr) return out;
-  out.reserve(g_blocks->size());
+  if (g_recorder == nullptr || g_blocks == nullptr) return census;
   for (const auto& [ptr, entry] : *g_blocks) {
-    if (entry.generation == g_generation) out.push_back({reinterpret_cast<std::uint64_t>(ptr), entry.bytes, entry.serial});
+    if (entry.generation != g_generation) continue;
+    census.allocated_bytes += entry.bytes;
+    if (entry.resident) {
+      census.resident_bytes += entry.bytes;
+    } else {
+      unmeasured->push_back({reinterpret_cast<std::uint64_t>(ptr), entry.bytes, entry.serial});
+    }
   }
-  return out;
+  return census;
+}
+
+void mark_cpu_blocks_resident(const std::vector<CpuBlock>& blocks) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_recorder == nullptr || g_blocks == nullptr) return;
+  for (const CpuBlock& b : blocks) {
+    auto it = g_blocks->find(reinterpret_cast<void*>(b.addr));
+    // The same allocation still (freed meanwhile and its address reused: a new serial).
+    if (it != g_blocks->end() && it->second.serial == b.serial && it->second.generation == g_generation) {
+      it->second.resident = true;
+    }
+  }
 }
 
 void record_cpu_live_sample(std::uint32_t sample_name_id) {

@@ -48,15 +48,27 @@ bool cpu_allocator_source_installed();
 // ledger that replays it).
 std::uint64_t cpu_live_bytes();
 
-// The live blocks of this session that the tracking allocator handed out or adopted (their
-// address, bytes and allocation serial), copied under the source's lock: the blocks whose resident pages make
-// PyTorch's layer of the host's resident set (host_memory_source.h). Storages with a context of
-// their own (memory-mapped, shared, from_blob) are counted in cpu_live_bytes() but not listed.
+// A live block of this session that the tracking allocator handed out or adopted: the blocks
+// whose resident pages make PyTorch's layer of the host's resident set (host_memory_source.h).
+// Storages with a context of their own (memory-mapped, shared, from_blob) are counted in
+// cpu_live_bytes() but not listed.
 struct CpuBlock {
   std::uint64_t addr = 0, bytes = 0;
   std::uint64_t serial = 0;  // unique per allocation: a block at a reused address is a new one
 };
-std::vector<CpuBlock> cpu_allocator_blocks();
+
+// The host reading's census of those blocks, in one pass under the source's lock: their bytes,
+// the bytes of those marked wholly resident at an earlier reading (mark_cpu_blocks_resident;
+// anonymous pages stay resident until freed), and into `unmeasured` the others, whose pages
+// the reading asks the kernel about. Marks end with the block's free.
+struct CpuBlockCensus {
+  std::uint64_t allocated_bytes = 0;  // every listed block
+  std::uint64_t resident_bytes = 0;   // the marked ones
+};
+CpuBlockCensus cpu_allocator_unmeasured_blocks(std::vector<CpuBlock>* unmeasured);
+// Marks these blocks (address and serial, from the census) wholly resident; a block freed
+// since (its address reused by a new serial) is left alone.
+void mark_cpu_blocks_resident(const std::vector<CpuBlock>& blocks);
 
 // Records a Sample event "allocator_live_bytes" with cpu_live_bytes(), ordered with the
 // allocation events, so the analysis can check the ledger against it.

@@ -9,7 +9,6 @@
 #include <cstddef>
 #include <string>
 
-#include "absl/container/flat_hash_set.h"
 #include "cpu_allocator_source.h"
 #include "ridgescope/host_memory.h"
 
@@ -164,29 +163,24 @@ ProcStatus HostMemorySampler::read_status() noexcept {
 void HostMemorySampler::record_now() noexcept {
   try {
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::vector<CpuBlock> live = cpu_allocator_blocks();
-    // Blocks wholly resident at the last reading are resident still (anonymous pages stay until
-    // freed; a swapped-out page is the exception, not seen here): only the others are asked.
-    std::uint64_t allocated = 0, resident = 0;
-    std::vector<ResidentBlock> ask;
-    std::vector<std::uint64_t> ask_serials;
-    absl::flat_hash_set<std::uint64_t> full;
-    full.reserve(live.size());
-    for (const CpuBlock& b : live) {
-      allocated += b.bytes;
-      if (full_.contains(b.serial)) {
-        resident += b.bytes;
-        full.insert(b.serial);
-      } else {
-        ask.push_back({b.addr, b.bytes, b.serial});
-      }
-    }
+    // Blocks wholly resident at an earlier reading are resident still (anonymous pages stay
+    // until freed; a swapped-out page is the exception, not seen here): only the others are
+    // asked, and the CPU source keeps the mark with the block.
+    std::vector<CpuBlock>& unmeasured = unmeasured_;
+    const CpuBlockCensus census = cpu_allocator_unmeasured_blocks(&unmeasured);
+    const std::uint64_t allocated = census.allocated_bytes;
+    std::uint64_t resident = census.resident_bytes;
+    std::vector<ResidentBlock>& ask = ask_;
+    ask.clear();
+    for (const CpuBlock& b : unmeasured) ask.push_back({b.addr, b.bytes, b.serial});
     measure_resident(ask, pages_);
+    std::vector<CpuBlock>& full = unmeasured;  // reused: the ones found wholly resident now
+    full.clear();
     for (const ResidentBlock& b : ask) {
       resident += b.resident;
-      if (b.resident == b.bytes) full.insert(b.tag);
+      if (b.resident == b.bytes) full.push_back({b.addr, b.bytes, b.tag});
     }
-    full_ = std::move(full);
+    mark_cpu_blocks_resident(full);
     Mallinfo2 m{};
     if (mallinfo2_ != nullptr) m = reinterpret_cast<Mallinfo2Fn>(mallinfo2_)();
     // The resident set last, nearest to the moment the reading stands for.

@@ -29,11 +29,19 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
+#include "cpu_allocator_source.h"
 #include "ridgescope/host_memory.h"
 #include "ridgescope/recorder.h"
 
 namespace ridgescope::sources {
+
+// A block whose resident bytes are asked: address and bytes in, resident bytes out; `tag` is
+// the caller's (kept with the block when the list is sorted).
+struct ResidentBlock {
+  std::uint64_t addr = 0, bytes = 0;
+  std::uint64_t tag = 0;
+  std::uint64_t resident = 0;
+};
 
 class HostMemorySampler {
  public:
@@ -49,9 +57,9 @@ class HostMemorySampler {
   std::uint32_t ids_[8] = {};
   void* mallinfo2_ = nullptr;  // glibc's mallinfo2, when present
   std::vector<unsigned char> pages_;  // mincore's buffer
-  // Allocation serials (cpu_allocator_source.h) of the blocks wholly resident at the last
-  // reading: they are not asked again.
-  absl::flat_hash_set<std::uint64_t> full_;
+  // Scratch lists of the reading (kept to reuse their memory).
+  std::vector<CpuBlock> unmeasured_;
+  std::vector<ResidentBlock> ask_;
   // /proc/self/status and /proc/self/statm, open in process pid_ (-1: not yet, or not readable).
   int status_fd_ = -1, statm_fd_ = -1;
   int pid_ = -1;
@@ -60,13 +68,6 @@ class HostMemorySampler {
   ProcStatus read_status() noexcept;
 };
 
-// A block whose resident bytes are asked: address and bytes in, resident bytes out; `tag` is
-// the caller's (kept with the block when the list is sorted).
-struct ResidentBlock {
-  std::uint64_t addr = 0, bytes = 0;
-  std::uint64_t tag = 0;
-  std::uint64_t resident = 0;
-};
 // Fills each block's resident bytes (its own bytes on resident pages: a page shared with another
 // block counts for each only its part) and sorts the list by address. Blocks must not overlap;
 // unmapped ranges count as not resident. `pages` is scratch space.

@@ -20,7 +20,11 @@ How models are found (none of it on the allocation hot path):
   ``copy.deepcopy`` and unpickling go through ``Module.__setstate__``, which is wrapped while
   tracking), and the modules the script's frames hold (``_model_frames.py``), which name them;
   a list, tuple or dict of tensors shaped exactly like a known model's parameters is a copy of
-  its weights (diffusers' ``EMAModel.shadow_params``, ``{k: v.clone() for k, v in ...}``);
+  its weights (diffusers' ``EMAModel.shadow_params``, ``{k: v.clone() for k, v in ...}``).
+  The frames are scanned at every step end for the session's first 64 steps and for 16 after
+  a model was found or changed, then at every 8th step end and at the next one after a module
+  was made: a steady run pays for one scan in eight, and a weight copy made late in the run
+  (nothing signals it) is found within 8 steps, attributed from its allocation on;
 * a known model whose storages may have changed (``Module._apply``: ``.to()``, ``.half()``,
   ``to_empty()``; a parameter, buffer or submodule registered in it) is walked again at the
   next of those points. A tag applies to a block from its allocation on, so a model found at
@@ -43,6 +47,12 @@ from ._model_frames import FrameScanner, Found
 from ._undo import remove_all
 
 MAX_MODELS = 64
+# The frame scan at step ends (about 20-100 us on a small script): at each of the session's first
+# EAGER_SCANS step ends and of the EAGER_SCANS_AFTER_CHANGE after a model was found or changed;
+# then at every SCAN_EVERY-th, and at the next one after a module was made (registration hooks).
+EAGER_SCANS = 64
+EAGER_SCANS_AFTER_CHANGE = 16
+SCAN_EVERY = 8
 
 
 class ModelEntry:
@@ -76,6 +86,10 @@ class Models:
         self._members: "weakref.WeakKeyDictionary[torch.nn.Module, ModelEntry]" = weakref.WeakKeyDictionary()
         self._created: "weakref.WeakKeyDictionary[torch.nn.Module, str | None]" = weakref.WeakKeyDictionary()
         self._made = False                      # a module was made since the last scan
+        # Step ends left at which the frames are scanned whatever happened; after them, every
+        # SCAN_EVERY-th step end, or the next one after a module was made or a model changed.
+        self._eager_scans = EAGER_SCANS
+        self._ends_since_scan = 0
         self._changed: list[ModelEntry] = []    # models to walk again
         self._tagged: dict[tuple[int, str], int] = {}   # (id(entry), key) -> storage address
         # storage address -> (the model that tagged it, the tensor it tagged, held weakly)
@@ -156,6 +170,11 @@ class Models:
             return False
         frame = frame if frame is not None else sys._getframe(1)
         changed = bool(self._changed)
+        self._ends_since_scan += 1
+        if not (changed or self._made or self._eager_scans > 0 or self._ends_since_scan >= SCAN_EVERY):
+            return False  # a steady run: the frames are scanned every SCAN_EVERY-th step end
+        self._eager_scans -= 1
+        self._ends_since_scan = 0
         while self._changed:
             entry = self._changed.pop()
             module = entry.module()
@@ -202,6 +221,8 @@ class Models:
         for f in found:
             if f.how == "collection":
                 added |= self._collection(f)
+        if added or changed:
+            self._eager_scans = max(self._eager_scans, EAGER_SCANS_AFTER_CHANGE)
         return added or changed
 
     def _owner_of_all(self, module: torch.nn.Module) -> ModelEntry | None:

@@ -302,3 +302,39 @@ def test_tracking_a_second_model_changes_no_loss(how, tmp_path):
                 ctx.stop()
     assert run(True) == run(False)
 
+
+
+def test_a_steady_run_scans_its_frames_one_step_in_eight_and_still_finds_a_late_copy(trace_path,
+                                                                                        monkeypatch):
+    """Given a tracked MLP trained 100 steps, with an EMA list of its weights made at step 80
+    (after the session's first 64 step ends, when nothing signals a new tensor collection),
+    when the run goes on, then the step-end frame scan ran at each of the first 64 step ends and
+    at one in eight afterwards, the copy is found within 8 step ends, and it is listed with its
+    exact bytes."""
+    import ridgescope._models as models_module
+    scans = []
+    real_scan = FrameScanner.scan
+    monkeypatch.setattr(FrameScanner, "scan", lambda self, frame: scans.append(1) or real_scan(self, frame))
+    student = mlp()
+    opt = torch.optim.AdamW(student.parameters(), lr=1e-2)
+    with rs.track(model=student, optimizer=opt, out=trace_path) as s:
+        for i in range(100):
+            if i == 80:
+                shadow = [p.detach().clone() for p in student.parameters()]
+            x = torch.randn(8, 16)
+            opt.zero_grad()
+            student(x).square().mean().backward()
+            opt.step()
+            if i == 79:
+                before_copy = len(scans)
+            if i == 80 + models_module.SCAN_EVERY - 1:  # found by the step ends, not by stop
+                names = [e.name for e in s._instr.models.entries]
+    assert "shadow" in names
+    eager = models_module.EAGER_SCANS
+    # register_existing's scan, then the first 64 step ends, then one in eight up to step 79
+    assert before_copy == 1 + eager + (80 - eager) // models_module.SCAN_EVERY
+    models = models_of(s.report())
+    assert models["shadow"]["copy_of"] == "student"
+    assert models["shadow"]["at_peak"]["parameter_bytes"] == storage_bytes(student.parameters())
+    assert len(scans) < 1 + 100  # fewer scans than step ends
+    assert shadow
