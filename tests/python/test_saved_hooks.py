@@ -76,18 +76,22 @@ def test_the_activations_tagged_are_those_of_the_pair_kept_through_backward(tmp_
     """Given the same 3 steps tracked twice, once with the pair kept on the stack through
     backward (the earlier behaviour), then every phase of the report has the same bytes by
     category, and the run's losses are bitwise those of an untracked run."""
+    def three_steps(model, opt):
+        losses = []
+        for i in range(3):
+            x, y = mlp_batch(16, i)
+            opt.zero_grad()
+            loss = mlp_loss(model, x, y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
     def run(path):
         model = make_mlp()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        losses = []
         with rs.track(model=model, optimizer=opt, out=path) as session:
-            for i in range(3):
-                x, y = mlp_batch(16, i)
-                opt.zero_grad()
-                loss = mlp_loss(model, x, y)
-                loss.backward()
-                opt.step()
-                losses.append(loss.item())
+            losses = three_steps(model, opt)
         r = session.report().to_dict()
         return losses, [(p["phase"], p["end_by_category"], p["peak_by_category"])
                         for s in r["steps"] for p in s["phases"]]
@@ -97,15 +101,7 @@ def test_the_activations_tagged_are_those_of_the_pair_kept_through_backward(tmp_
     kept_losses, kept = run(tmp_path / "kept.rstrace")
     assert suspended == kept
     model = make_mlp()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    plain = []
-    for i in range(3):
-        x, y = mlp_batch(16, i)
-        opt.zero_grad()
-        loss = mlp_loss(model, x, y)
-        loss.backward()
-        opt.step()
-        plain.append(loss.item())
+    plain = three_steps(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
     assert suspended_losses == kept_losses == plain
 
 
