@@ -27,7 +27,7 @@ from torch.utils._pytree import tree_flatten
 from . import _compile, _model_info
 from ._data import DatasetRegistrar
 from ._models import Models
-from ._saved_hooks import SavedTensorHooks, builds_graph
+from ._saved_hooks import SavedTensorHooks
 from ._tagging import Tagging
 from ._undo import remove_all
 from .distributed import DistributedTracking
@@ -403,26 +403,22 @@ class Instrumentation(Tagging):
             self._adopt_optimizer(optimizer)
 
     # Around the outermost backward on a thread: the saved-tensor hooks are off torch's stack
-    # while it runs (_saved_hooks.py), unless it builds a graph of its own.
+    # while it runs (_saved_hooks.py), unless it builds a graph of its own. create_graph is the
+    # 4th parameter of torch.autograd.backward and the 5th of torch.autograd.grad.
     def _before_backward(self, *args: Any, **kwargs: Any) -> None:
         self._tag_loss(*args, **kwargs)
-        self._suspend_saved_hooks(builds_graph(args, kwargs, 3))
+        if self._saved_hooks is not None:
+            self._saved_hooks.suspend(args, kwargs, 3)
 
     def _after_backward(self) -> None:
-        self._restore_saved_hooks()
+        self._after_grad()
         self.tag_gradients()
 
     def _before_grad(self, *args: Any, **kwargs: Any) -> None:
-        self._suspend_saved_hooks(builds_graph(args, kwargs, 4))
+        if self._saved_hooks is not None:
+            self._saved_hooks.suspend(args, kwargs, 4)
 
     def _after_grad(self) -> None:
-        self._restore_saved_hooks()
-
-    def _suspend_saved_hooks(self, builds_graph: bool) -> None:
-        if self._saved_hooks is not None and not builds_graph:
-            self._saved_hooks.suspend()
-
-    def _restore_saved_hooks(self) -> None:
         if self._saved_hooks is not None:
             self._saved_hooks.restore()
 

@@ -2,16 +2,16 @@
 
 torch keeps the default saved-tensor hooks in a per-thread stack, and that stack is part of the
 thread-local state the autograd engine copies around every node it runs in backward: three copies
-per node, each taking the GIL twice to count references to the hook pair (at::ThreadLocalState;
-measured on TinyGPT, 2 torch threads: about 1.5 % of the step). A plain backward saves nothing
-for a later backward, so the pair is taken off the stack while it runs and put back when it
-returns (``suspend``/``restore``). A backward that builds a graph (``create_graph=True``: double
-backward, gradient penalties) keeps it, and a module run inside backward with no hooks on the
-stack (a reentrant checkpoint's recomputation, the ``recompute`` phase) gets it back for that
-call (``push_for_recompute``/``pop_after_recompute``), so every tensor saved for a backward is
-tagged as before. (A non-reentrant checkpoint recomputes under torch's own pair, as it did
-before: that pair is on top then, and ours was never called.) Saved tensors keep their own unpack hook: taking the pair off the stack never changes
-how they are unpacked.
+per node, each taking the GIL to count references to the hook pair (at::ThreadLocalState; on
+TinyGPT, 2 torch threads, 0.18 ms of a 10.5 ms backward: docs/performance.md). A plain backward
+saves nothing for a later backward, so the pair is taken off the stack while it runs and put
+back when it returns (``suspend``/``restore``). A backward that builds a graph
+(``create_graph=True``: double backward, gradient penalties) keeps it, and a module run inside
+backward with no hooks on the stack (a reentrant checkpoint's recomputation, the ``recompute``
+phase) gets it back for that call (``push_for_recompute``/``pop_after_recompute``), so every
+tensor saved for a backward is tagged as before. A non-reentrant checkpoint recomputes under
+torch's own pair, which is on top then: ours was never called there. Saved tensors keep their
+own unpack hook: taking the pair off the stack never changes how they are unpacked.
 
 Only the top of the stack is ever touched: when the script pushed hooks of its own above ours
 (torch's checkpointing, offloading to the CPU), nothing is suspended.
@@ -35,11 +35,10 @@ class SavedTensorHooks:
     def __init__(self, pack: Callable[[Any], Any], unpack: Callable[[Any], Any]) -> None:
         self._pack = pack
         self._unpack = unpack
-        self._context = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
         self._local = threading.local()
 
     def install(self) -> None:
-        self._context.__enter__()
+        _autograd._push_saved_tensors_default_hooks(self._pack, self._unpack)
 
     def remove(self) -> None:
         """Pops the pair; not when it is suspended on this thread or another pair is on top
@@ -48,7 +47,7 @@ class SavedTensorHooks:
             self._local.suspended = False
             return
         if _top is None or self._on_top():
-            self._context.__exit__(None, None, None)
+            _autograd._pop_saved_tensors_default_hooks()
 
     def _on_top(self) -> bool:
         if _top is None:
@@ -56,9 +55,11 @@ class SavedTensorHooks:
         top = _top(True)
         return top is not None and top[0] is self._pack and top[1] is self._unpack
 
-    def suspend(self) -> None:
-        """Takes the pair off this thread's stack when it is on top (``restore`` puts it back)."""
-        if self._on_top():
+    def suspend(self, args: tuple, kwargs: dict, create_graph_at: int) -> None:
+        """Before a backward called with ``args``/``kwargs`` (``create_graph`` its parameter at
+        index ``create_graph_at``): takes the pair off this thread's stack when it is on top and
+        the backward builds no graph (``restore`` puts it back)."""
+        if not builds_graph(args, kwargs, create_graph_at) and self._on_top():
             _autograd._pop_saved_tensors_default_hooks()
             self._local.suspended = True
 
