@@ -249,6 +249,13 @@ std::uint64_t cpu_live_bytes() {
   return g_live_bytes;
 }
 
+std::uint64_t cpu_block_serial(std::uint64_t addr) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_recorder == nullptr || g_blocks == nullptr) return 0;
+  auto it = g_blocks->find(reinterpret_cast<void*>(addr));
+  return it != g_blocks->end() && it->second.generation == g_generation ? it->second.serial : 0;
+}
+
 CpuBlockCensus cpu_allocator_unmeasured_blocks(std::vector<CpuBlock>* unmeasured) {
   CpuBlockCensus census;
   unmeasured->clear();

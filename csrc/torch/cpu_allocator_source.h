@@ -57,6 +57,11 @@ struct CpuBlock {
   std::uint64_t serial = 0;  // unique per allocation: a block at a reused address is a new one
 };
 
+// The serial of the block this session counts at data pointer `addr` (CpuBlock::serial), 0
+// when there is none (freed, never seen, or a storage with a context of its own): whether a
+// block seen earlier at an address is still the same allocation, without holding the storage.
+std::uint64_t cpu_block_serial(std::uint64_t addr);
+
 // The host reading's census of those blocks, in one pass under the source's lock: their bytes,
 // the bytes of those marked wholly resident at an earlier reading (mark_cpu_blocks_resident;
 // anonymous pages stay resident until freed), and into `unmeasured` the others, whose pages

@@ -381,6 +381,12 @@ void stop_cuda_allocator_source() noexcept {
 
 bool cuda_allocator_source_live() noexcept { return g_mode.load() == kLive; }
 
+std::uint64_t cuda_block_serial(std::int16_t device, std::uint64_t addr) noexcept {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_mode.load() != kLive || g_translator == nullptr) return 0;
+  return g_translator->block_serial(device, addr);
+}
+
 #ifdef RIDGESCOPE_CUBLAS_WORKSPACES
 namespace {
 // The map's value: an at::DataPtr in torch 2.11, a (DataPtr, size) pair in 2.14.

@@ -57,6 +57,11 @@ void stop_cuda_allocator_source() noexcept;
 // Whether trace entries are being translated now.
 bool cuda_allocator_source_live() noexcept;
 
+// The translator's serial of the block allocated at `addr` on CUDA device `device`
+// (CudaTraceTranslator::block_serial), 0 when entries are not being translated or no block is
+// allocated there. Takes the source's leaf mutex; never call it from an allocator callback.
+std::uint64_t cuda_block_serial(std::int16_t device, std::uint64_t addr) noexcept;
+
 // Records, for every CUDA device, the allocator's own allocated and reserved bytes
 // (torch.cuda.memory_allocated() / memory_reserved()) as Sample events: `live_name_id` /
 // `reserved_name_id` while entries are translated (the analysis checks its ledger against

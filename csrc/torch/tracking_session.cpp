@@ -30,6 +30,16 @@ bool storage_block(const at::Tensor& tensor, Device* device, std::uint64_t* addr
   return true;
 }
 
+// The allocator source's serial for the block at `addr` (0: no source numbers it).
+std::uint64_t block_serial(const Device& device, std::uint64_t addr) noexcept {
+  try {
+    if (device.type == DeviceType::CPU) return cpu_block_serial(addr);
+    if (device.type == DeviceType::CUDA) return cuda_block_serial(device.index, addr);
+  } catch (...) {
+  }
+  return 0;
+}
+
 }  // namespace
 
 TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity_bytes, StackMode stacks,
@@ -224,7 +234,7 @@ void TrackingSession::watch_parameters(std::vector<at::Tensor> parameters,
     gradient_label_ids.resize(parameters.size(), 0);
     watched_ = std::move(parameters);
     watched_labels_ = std::move(gradient_label_ids);
-    watched_grad_storages_.assign(watched_.size(), c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>()));
+    watched_grads_.assign(watched_.size(), TaggedGradient{});
   } catch (...) {
     degrade("out of memory while watching parameters");
   }
@@ -237,10 +247,19 @@ std::size_t TrackingSession::tag_gradients() noexcept {
   for (std::size_t i = 0; i < watched_.size(); ++i) {
     const at::Tensor& grad = watched_[i].grad();
     if (!grad.defined() || !grad.has_storage()) continue;
-    if (grad.storage().data_ptr().get() == nullptr) continue;
-    c10::StorageImpl* storage = grad.storage().unsafeGetStorageImpl();
-    if (watched_grad_storages_[i].lock().get() == storage) continue;  // tagged, still alive
-    watched_grad_storages_[i] = grad.storage().getWeakStorageImpl();
+    Device device;
+    std::uint64_t addr = 0;
+    if (!storage_block(grad, &device, &addr)) continue;
+    TaggedGradient& last = watched_grads_[i];
+    const std::uint64_t serial = block_serial(device, addr);
+    if (serial != 0) {
+      if (last.serial == serial && last.addr == addr && last.device == device) continue;  // tagged, still alive
+      last = TaggedGradient{device, addr, serial};
+    } else {
+      c10::StorageImpl* storage = grad.storage().unsafeGetStorageImpl();
+      if (last.serial == 0 && last.storage.lock().get() == storage) continue;
+      last = TaggedGradient{device, addr, 0, grad.storage().getWeakStorageImpl()};
+    }
     tag_tensor(grad, Category::Gradient, watched_labels_[i], /*weak=*/false);
     ++tagged;
   }

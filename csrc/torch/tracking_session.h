@@ -142,9 +142,20 @@ class TrackingSession {
   std::mutex watch_mutex_;
   std::vector<at::Tensor> watched_;
   std::vector<std::uint32_t> watched_labels_;
-  // The gradient storage last tagged per parameter, held weakly: a gradient freed by
-  // zero_grad(set_to_none=True) and made anew at the same address is a new block to tag.
-  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> watched_grad_storages_;
+  // The gradient block last tagged per parameter: a gradient freed by zero_grad(set_to_none=True)
+  // and made anew at the same address is a new block to tag. Known by the allocator source's
+  // serial for the block (address reuse gives a new one), so nothing of the gradient is held:
+  // a weak reference would keep its StorageImpl's memory, and ~40 of them made in backward pin
+  // the top of glibc's heap so that it is never trimmed (docs/performance.md, "What pinned the
+  // heap"). A block no source numbers (a storage with a context of its own, the cudaMallocAsync
+  // backend) falls back to a weak reference to its storage.
+  struct TaggedGradient {
+    Device device{};
+    std::uint64_t addr = 0;    // the block's address (its storage's data pointer)
+    std::uint64_t serial = 0;  // the source's serial for it; 0: identified by `storage`
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
+  };
+  std::vector<TaggedGradient> watched_grads_;
   std::uint32_t sample_name_id_ = 0;
   std::uint32_t reserved_sample_id_ = 0;
   std::atomic<bool> cuda_started_{false};

@@ -96,6 +96,10 @@ class CudaTraceTranslator {
   std::uint64_t reserved_bytes(std::int16_t device) const noexcept;
   // The block size the model holds for a live or pending block (0 when none).
   std::uint64_t block_bytes(std::int16_t device, std::uint64_t addr) const noexcept;
+  // A number unique to the allocation of the block allocated at `addr` now (adopted or
+  // translated; numbers grow from 1 over all devices), 0 when no block is allocated there: an
+  // address reused by a later allocation gets a new one.
+  std::uint64_t block_serial(std::int16_t device, std::uint64_t addr) const noexcept;
 
   const CudaTranslatorStats& stats() const noexcept { return stats_; }
   const CudaRoundingRules& rules() const noexcept { return rules_; }
@@ -114,6 +118,7 @@ class CudaTraceTranslator {
   CudaRoundingRules rules_;
   std::vector<std::unique_ptr<DeviceState>> devices_;  // indexed by CUDA ordinal
   CudaTranslatorStats stats_;
+  std::uint64_t last_serial_ = 0;  // the last Block serial given
 };
 
 // The action names of torch's snapshot format ("alloc", "free_requested", ..., "oom"), for

@@ -15,6 +15,7 @@ struct CudaTraceTranslator::DeviceState {
     std::uint64_t bytes = 0;
     std::uint64_t requested = 0;
     bool allocated = false;  // false: freed by the caller, free not yet completed
+    std::uint64_t serial = 0;  // this allocation's (block_serial); an address is reused, a serial never
   };
   std::map<std::uint64_t, Range> segments;  // by address
   std::map<std::uint64_t, Block> blocks;    // allocated or pending blocks, by address
@@ -70,6 +71,13 @@ std::uint64_t CudaTraceTranslator::block_bytes(std::int16_t device, std::uint64_
   return it == s->blocks.end() ? 0 : it->second.bytes;
 }
 
+std::uint64_t CudaTraceTranslator::block_serial(std::int16_t device, std::uint64_t addr) const noexcept {
+  const DeviceState* s = find_state(device);
+  if (s == nullptr) return 0;
+  auto it = s->blocks.find(addr);
+  return it == s->blocks.end() || !it->second.allocated ? 0 : it->second.serial;
+}
+
 void CudaTraceTranslator::adopt_segment(std::int16_t device, std::uint64_t addr,
                                         std::uint64_t bytes, std::uint64_t stream, bool mapped,
                                         std::vector<Event>* out) {
@@ -86,7 +94,8 @@ void CudaTraceTranslator::adopt_block(std::int16_t device, std::uint64_t addr, s
                                       std::uint64_t requested_bytes, bool allocated,
                                       std::uint64_t stream, std::vector<Event>* out) {
   DeviceState& s = state(device);
-  auto [it, inserted] = s.blocks.insert_or_assign(addr, DeviceState::Block{bytes, requested_bytes, allocated});
+  auto [it, inserted] = s.blocks.insert_or_assign(
+      addr, DeviceState::Block{bytes, requested_bytes, allocated, allocated ? ++last_serial_ : 0});
   (void)it;
   (void)inserted;
   if (!allocated) return;
@@ -156,9 +165,9 @@ void CudaTraceTranslator::on_alloc(const CudaTraceEntry& e, std::vector<Event>* 
     // A block the model thought occupied (a missed free): replace it.
     if (it->second.allocated) s.allocated -= it->second.bytes;
     ++stats_.unmatched_frees;
-    it->second = DeviceState::Block{bytes, e.size, true};
+    it->second = DeviceState::Block{bytes, e.size, true, ++last_serial_};
   } else {
-    s.blocks.emplace(e.addr, DeviceState::Block{bytes, e.size, true});
+    s.blocks.emplace(e.addr, DeviceState::Block{bytes, e.size, true, ++last_serial_});
   }
   s.allocated += bytes;
   Event ev = make_event(EventKind::Alloc, e.device, e.addr, bytes, e.stream);

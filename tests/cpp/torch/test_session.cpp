@@ -1,6 +1,7 @@
 // Specification of the libtorch session API (include/ridgescope/session.h).
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
@@ -89,6 +90,47 @@ SCENARIO("a C++ training loop gets exact parameter, gradient and Adam state byte
       REQUIRE(fwd != nullptr);
       CHECK(cat(fwd->end_by_category, Category::Activation) > 0);
       CHECK(cat(fwd->end_by_category, Category::Input) == 16 * 32 * 4);
+    }
+  }
+}
+
+SCENARIO("gradients are tagged once per allocation, and tracking holds nothing of them",
+         "[torch][session]") {
+  GIVEN("an MLP trained for three steps with SGD, its gradients freed by zero_grad each step") {
+    torch::manual_seed(0);
+    torch::nn::Sequential model(torch::nn::Linear(32, 64), torch::nn::ReLU(), torch::nn::Linear(64, 4));
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(1e-2));
+    const std::uint64_t p_bytes = param_bytes(*model);
+    Session session(ridgescope::Options{}.out(temp_trace("grads")));
+    session.track(*model, optimizer);
+    std::vector<std::uint32_t> weak_counts;  // of each gradient's storage, after its tagging
+    for (int step = 0; step < 3; ++step) {
+      auto x = torch::randn({16, 32});
+      auto y = torch::randint(0, 4, {16});
+      { PhaseGuard g(session, Phase::ZeroGrad); optimizer.zero_grad(/*set_to_none=*/true); }
+      torch::Tensor loss;
+      { PhaseGuard g(session, Phase::Forward); loss = torch::nn::functional::cross_entropy(model->forward(x), y); }
+      { PhaseGuard g(session, Phase::Backward); loss.backward(); }  // its end tags the gradients
+      for (const auto& p : model->parameters()) {
+        // A weak reference of our own: 2 when nobody else holds one (the strong references
+        // count as one), 3 when tracking keeps a weak reference to the storage too.
+        const auto probe = p.grad().storage().getWeakStorageImpl();
+        weak_counts.push_back(probe.weak_use_count());
+      }
+      { PhaseGuard g(session, Phase::OptimizerStep); optimizer.step(); }
+    }
+    const ridgescope::Report r = session.report();
+    THEN("no gradient's storage is held, even weakly, by the session") {
+      REQUIRE(weak_counts.size() == 3 * model->parameters().size());
+      for (std::uint32_t count : weak_counts) CHECK(count == 2);
+    }
+    THEN("every step's new gradients are tagged, though they may reuse the last step's addresses") {
+      REQUIRE(r.steps.size() == 3);
+      for (std::uint64_t step = 0; step < 3; ++step) {
+        const auto* bwd = phase(r, step, "backward");
+        REQUIRE(bwd != nullptr);
+        CHECK(cat(bwd->end_by_category, Category::Gradient) == p_bytes);
+      }
     }
   }
 }

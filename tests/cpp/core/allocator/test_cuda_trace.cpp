@@ -337,6 +337,51 @@ SCENARIO("state adopted from a snapshot starts the ledger right", "[core][cuda][
   }
 }
 
+SCENARIO("a block's serial tells a reused address from the same allocation",
+         "[core][cuda][translation]") {
+  GIVEN("a 2 MiB segment with an adopted 512-byte block, then a translated one on device 1") {
+    CudaTraceTranslator t;
+    std::vector<Event> out;
+    const std::uint64_t seg = 0x7f0000000000ull;
+    t.adopt_segment(0, seg, 2 * MiB, 7, false, &out);
+    t.adopt_block(0, seg, 512, 512, true, 7, &out);
+    t.adopt_block(0, seg + 512, 512, 512, false, 7, &out);  // freed, its free not completed
+    t.translate(entry(CudaTraceAction::SegmentAlloc, seg, 2 * MiB, 1), &out);
+    t.translate(entry(CudaTraceAction::Alloc, seg, 1024, 1), &out);
+    const std::uint64_t adopted = t.block_serial(0, seg);
+    const std::uint64_t translated = t.block_serial(1, seg);
+    THEN("each allocated block has its own non-zero serial; a pending or absent one has none") {
+      CHECK(adopted != 0);
+      CHECK(translated != 0);
+      CHECK(adopted != translated);
+      CHECK(t.block_serial(0, seg + 512) == 0);
+      CHECK(t.block_serial(0, seg + 1024) == 0);
+      CHECK(t.block_serial(5, seg) == 0);  // a device never seen
+    }
+    WHEN("the adopted block is freed and a new one allocated at the same address") {
+      t.translate(entry(CudaTraceAction::FreeRequested, seg, 512), &out);
+      THEN("between the request and the completion it has no serial") {
+        CHECK(t.block_serial(0, seg) == 0);
+      }
+      t.translate(entry(CudaTraceAction::FreeCompleted, seg, 512), &out);
+      t.translate(entry(CudaTraceAction::Alloc, seg, 512), &out);
+      THEN("the new allocation has a serial of its own, and the other device's is unchanged") {
+        CHECK(t.block_serial(0, seg) != 0);
+        CHECK(t.block_serial(0, seg) != adopted);
+        CHECK(t.block_serial(0, seg) != translated);
+        CHECK(t.block_serial(1, seg) == translated);
+      }
+    }
+    WHEN("an alloc arrives for an address the model still holds (a missed free)") {
+      t.translate(entry(CudaTraceAction::Alloc, seg, 512), &out);
+      THEN("the replacing block is a new allocation") {
+        CHECK(t.block_serial(0, seg) != 0);
+        CHECK(t.block_serial(0, seg) != adopted);
+      }
+    }
+  }
+}
+
 SCENARIO("the analysis checks a CUDA trace's ledger against the allocator's own figures",
          "[core][cuda][analysis]") {
   GIVEN("a translated trace: a 20 MiB segment, a 19.5 MiB request (a 20 MiB block), and the "
