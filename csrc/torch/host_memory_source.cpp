@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cpu_allocator_source.h"
+#include "ridgescope/clock.h"
 #include "ridgescope/host_memory.h"
 
 namespace ridgescope::sources {
@@ -160,7 +161,7 @@ ProcStatus HostMemorySampler::read_status() noexcept {
   return last_status_;
 }
 
-void HostMemorySampler::record_now() noexcept {
+void HostMemorySampler::record_now(bool complete) noexcept {
   try {
     std::lock_guard<std::mutex> lock(mutex_);
     // Blocks wholly resident at an earlier reading are resident still (anonymous pages stay
@@ -182,7 +183,15 @@ void HostMemorySampler::record_now() noexcept {
     }
     mark_cpu_blocks_resident(full);
     Mallinfo2 m{};
-    if (mallinfo2_ != nullptr) m = reinterpret_cast<Mallinfo2Fn>(mallinfo2_)();
+    const std::uint64_t now = monotonic_now_ns();
+    if (first_reading_ns_ == 0) first_reading_ns_ = now;
+    const bool with_malloc = mallinfo2_ != nullptr &&
+                             (complete || malloc_ns_ < kMallocAllowanceNs ||
+                              malloc_ns_ * kMallocBudget <= now - first_reading_ns_);
+    if (with_malloc) {
+      m = reinterpret_cast<Mallinfo2Fn>(mallinfo2_)();
+      malloc_ns_ += monotonic_now_ns() - now;
+    }
     // The resident set last, nearest to the moment the reading stands for.
     const ProcStatus status = read_status();
     if (!status.ok) return;
@@ -196,7 +205,7 @@ void HostMemorySampler::record_now() noexcept {
     };
     record(0, allocated);
     record(1, resident);
-    if (mallinfo2_ != nullptr) {
+    if (with_malloc) {
       record(2, m.uordblks + m.hblkhd);
       record(3, m.fordblks);
     }

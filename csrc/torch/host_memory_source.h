@@ -16,10 +16,15 @@
 // training process, statm a few. Both stay open (read with pread, reopened in a forked child).
 //
 // Cost (docs/performance.md): one read of /proc/self/statm (and of /proc/self/status when the
-// shared pages moved), one mallinfo2 (it walks glibc's
-// free lists), and one mincore per group of nearby torch blocks not known wholly resident (at
-// most 64 MiB of pages each). Not a hot path: it runs at the end of every phase, on the thread
-// that ends it.
+// shared pages moved), one mincore per group of nearby torch blocks not known wholly resident (at
+// most 64 MiB of pages each), and mallinfo2, which walks every free chunk of glibc's arenas
+// (30-100 us on a training process's fragmented heap). mallinfo2 is therefore taken under a time
+// budget: at every reading until it has cost kMallocAllowanceNs in all (a short run's readings
+// are all exact), then at a reading only while it has taken at most 1/kMallocBudget of the time
+// since the first reading, and always at a complete reading (record_now(true): tracking's start
+// and end). A reading without it writes no host_malloc_* samples, and the analysis
+// carries the last figures forward, saying when they were read (HostSample::malloc_time_ns).
+// Not a hot path: it runs at the end of every phase, on the thread that ends it.
 // Thread-safety: record_now() from any thread; one reading at a time.
 #pragma once
 
@@ -49,13 +54,20 @@ class HostMemorySampler {
   ~HostMemorySampler();
   HostMemorySampler(const HostMemorySampler&) = delete;
   HostMemorySampler& operator=(const HostMemorySampler&) = delete;
-  void record_now() noexcept;
+  // One reading; `complete`: glibc's counters whatever the budget (tracking's start and end).
+  void record_now(bool complete = false) noexcept;
+  // mallinfo2's share of the session's time is kept at or below 1/kMallocBudget (0.25 %) once
+  // it has cost kMallocAllowanceNs (1 ms).
+  static constexpr std::uint64_t kMallocBudget = 400;
+  static constexpr std::uint64_t kMallocAllowanceNs = 1000000;
 
  private:
   Recorder* recorder_;
   std::mutex mutex_;  // leaf lock (then the CPU source's, then the Recorder's)
   std::uint32_t ids_[8] = {};
   void* mallinfo2_ = nullptr;  // glibc's mallinfo2, when present
+  std::uint64_t first_reading_ns_ = 0;  // steady-clock ns of the first reading (0: none yet)
+  std::uint64_t malloc_ns_ = 0;         // ns spent in mallinfo2 since then
   std::vector<unsigned char> pages_;  // mincore's buffer
   // Scratch lists of the reading (kept to reuse their memory).
   std::vector<CpuBlock> unmeasured_;

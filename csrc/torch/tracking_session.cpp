@@ -59,7 +59,7 @@ TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity
         "nest. Stop the running one (leave its `with rs.track(...)` block) first.");
   }
   active_ = true;
-  if (host_) host_->record_now();  // the resident set when tracking starts
+  if (host_) host_->record_now(true);  // the resident set when tracking starts
 }
 
 TrackingSession::~TrackingSession() { stop(); }
@@ -85,7 +85,7 @@ std::string TrackingSession::start_driver_view(std::uint32_t interval_ms) noexce
 
 void TrackingSession::stop() noexcept {
   if (active_ && !degraded_) {  // the session's end; NVML read here, since its sampler stops
-    if (host_) host_->record_now();
+    if (host_) host_->record_now(true);
     if (cupti_started_) record_cupti_samples();
     if (nvml_) nvml_->read_now(NvmlSampler::Reason::Boundary);
   }

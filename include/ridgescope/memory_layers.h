@@ -28,6 +28,10 @@ struct HostSample {
   std::uint64_t step = 0;
   std::string phase = "idle";  // the innermost phase open at the reading ("idle" outside any)
   std::uint64_t torch_allocated_bytes = 0;  // torch's live CPU blocks (live bytes)
+  // When glibc's counters (the slack, the other heap) were read, in trace ns: time_ns, or an
+  // earlier reading's whose figures this one carries (the source takes mallinfo2 under a time
+  // budget: csrc/torch/host_memory_source.h); 0 when none was read before it.
+  std::uint64_t malloc_time_ns = 0;
   HostLayers layers;
 };
 

@@ -50,7 +50,7 @@ MAX_MODELS = 64
 # The frame scan at step ends (about 20-100 us on a small script): at each of the session's first
 # EAGER_SCANS step ends and of the EAGER_SCANS_AFTER_CHANGE after a model was found or changed;
 # then at every SCAN_EVERY-th, and at the next one after a module was made (registration hooks).
-EAGER_SCANS = 64
+EAGER_SCANS = 8
 EAGER_SCANS_AFTER_CHANGE = 16
 SCAN_EVERY = 8
 

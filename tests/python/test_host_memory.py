@@ -213,3 +213,35 @@ def test_the_text_report_shows_the_three_layers(tmp_path):
     assert "+ the C allocator's slack" in text
     assert "+ everything else" in text and "remainder" in text
     del x
+
+
+@linux
+def test_glibc_counters_are_read_under_a_time_budget_and_carried_between(tmp_path):
+    # Given a heap with many free chunks (mallinfo2 walks each one) and a session of 600 phases
+    # a few microseconds long, far more readings than 0.25 % of the run can pay for,
+    held = [bytearray(700) for _ in range(20000)]
+    del held[::2]  # 10,000 free chunks between live ones
+    with rs.track(out=tmp_path / "run.rstrace") as session:
+        for _ in range(600):
+            with rs.phase("tiny"):
+                pass
+    rows = session.report().to_dict()["host_memory"]["rows"]
+    times = {r["time_ns"] for r in rows}
+    own = [r for r in rows if r["malloc_time_ns"] == r["time_ns"]]
+    carried = [r for r in rows if r["malloc_time_ns"] != r["time_ns"]]
+    # then the readings when tracking starts and stops read glibc's counters themselves,
+    assert len(rows) == 602
+    assert rows[0] in own and rows[-1] in own
+    # most readings carry them from an earlier reading of the session, named by its time,
+    assert len(carried) > len(rows) // 2
+    assert all(r["malloc_known"] and r["malloc_time_ns"] in times and r["malloc_time_ns"] < r["time_ns"]
+               for r in carried)
+    # and a carried row keeps that reading's bytes in use exactly: its other heap users are
+    # those bytes less torch's live blocks now.
+    by_time = {r["time_ns"]: r for r in rows}
+    for r in carried:
+        source = by_time[r["malloc_time_ns"]]
+        assert not r["malloc_misses_torch"]
+        assert (r["outside"]["other_heap_bytes"] + r["torch_live_bytes"]
+                == source["outside"]["other_heap_bytes"] + source["torch_live_bytes"])
+    del held

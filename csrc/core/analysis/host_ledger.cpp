@@ -20,6 +20,15 @@ void HostLedgerBuilder::on_sample(std::string_view key, std::uint64_t value, std
   // The resident set comes last: the reading is complete.
   pending_.resident = value;
   HostSample s;
+  if (pending_.malloc_in_use && pending_.malloc_free) {
+    last_malloc_in_use_ = pending_.malloc_in_use;
+    last_malloc_free_ = pending_.malloc_free;
+    last_malloc_time_ns_ = s.malloc_time_ns = time_ns;
+  } else if (last_malloc_in_use_ && last_malloc_free_) {  // skipped by the source's budget
+    pending_.malloc_in_use = last_malloc_in_use_;
+    pending_.malloc_free = last_malloc_free_;
+    s.malloc_time_ns = last_malloc_time_ns_;
+  }
   s.time_ns = time_ns;
   s.step = step;
   s.phase = phase;

@@ -25,6 +25,9 @@ class HostLedgerBuilder {
 
  private:
   HostReading pending_{};
+  // The last reading with glibc's counters: carried into the readings that have none.
+  std::optional<std::uint64_t> last_malloc_in_use_, last_malloc_free_;
+  std::uint64_t last_malloc_time_ns_ = 0;
   HostMemoryReport report_;
   bool peak_pending_ = false;
 };

@@ -20,6 +20,7 @@ void write_host_row(JsonWriter& w, const HostSample& s) {
   w.end_object();
   w.field("residency_measured", l.residency_known).field("split_known", l.split_known);
   w.field("malloc_known", l.malloc_known).field("malloc_misses_torch", l.malloc_misses_torch);
+  w.field("malloc_time_ns", s.malloc_time_ns);
   w.end_object();
 }
 

@@ -69,6 +69,16 @@ def device_ledger_lines(d: dict[str, Any], max_groups: int = 8) -> list[str]:
     return out + [""]
 
 
+def _malloc_note(r: dict[str, Any]) -> str:
+    """Where a reading's glibc counters come from (they are read under a time budget)."""
+    if not r["malloc_known"]:
+        return "  (glibc's counters not available)"
+    read_at = r.get("malloc_time_ns", r["time_ns"])
+    if read_at != r["time_ns"]:
+        return f"  (glibc's counters of {(r['time_ns'] - read_at) / 1e6:.1f} ms earlier)"
+    return ""
+
+
 def host_memory_lines(d: dict[str, Any]) -> list[str]:
     h = d.get("host_memory")
     if not h or not h.get("max_resident"):
@@ -85,7 +95,7 @@ def host_memory_lines(d: dict[str, Any]) -> list[str]:
         out.append(f"  = PyTorch's live CPU blocks    {format_bytes(r['pytorch_bytes']):>10} resident "
                    f"({format_bytes(r['torch_live_bytes'])} live{untouched})")
         out.append(f"  + the C allocator's slack      {format_bytes(r['allocator_slack_bytes']):>10}"
-                   + ("" if r["malloc_known"] else "  (glibc's counters not available)"))
+                   + _malloc_note(r))
         out.append(f"  + everything else              {format_bytes(r['outside_bytes']):>10}: "
                    f"files and libraries {format_bytes(o['files_bytes'])}, shared memory "
                    f"{format_bytes(o['shared_memory_bytes'])}, other heap users (Python objects, numpy, "

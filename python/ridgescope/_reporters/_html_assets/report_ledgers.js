@@ -89,6 +89,12 @@
         return [String(r.step), r.phase, r.resident_bytes, r.pytorch_bytes, r.untouched_bytes, r.allocator_slack_bytes,
                 r.outside_bytes, o.files_bytes, o.shared_memory_bytes, o.other_heap_bytes, o.remainder_bytes];
       })));
+    var carried = (h.rows || []).filter(function (r) { return r.malloc_known && r.malloc_time_ns !== r.time_ns; }).length;
+    if (carried) {
+      div.appendChild(el('p', { 'class': 'rs-muted' }, carried + ' of ' + (h.rows || []).length + ' readings carry glibc\u2019s ' +
+        'counters (the allocator slack, the other heap) from an earlier reading: they walk every free chunk, so they are ' +
+        'read under a time budget (after their first 1 ms, 0.25 % of the run).'));
+    }
     if ((h.rows || []).length > LEDGER_MAX_ROWS || h.rows_dropped) {
       div.appendChild(el('p', { 'class': 'rs-muted' }, 'The first ' + rows.length + ' of ' + h.samples + ' readings are listed.'));
     }
