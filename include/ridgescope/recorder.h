@@ -8,7 +8,7 @@
 // chunks and flushes a partial one every flush interval, so a process killed mid-run leaves a
 // readable prefix. When the writer falls behind by more than the queue bound, every append
 // (record, record_timed, intern, metadata) waits for it: memory stays bounded (about
-// max_queued_chunks x the chunk size). A String or Metadata text over kMaxRecordBytes is
+// max_queued_chunks + 2 spare buffers, x the chunk size). A String or Metadata text over kMaxRecordBytes is
 // dropped and counted. Once close() has begun, further events are dropped and counted.
 //
 // An I/O error never propagates: the recorder marks itself failed, counts what it drops, and
@@ -24,6 +24,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "ridgescope/chunk_sink.h"
 #include "ridgescope/event.h"
@@ -126,6 +127,12 @@ class Recorder {
   std::uint32_t current_records_ = 0;
   std::uint64_t current_started_ns_ = 0;
   std::deque<std::pair<std::string, std::uint32_t>> queue_;
+  // Written chunks' buffers, kept for the next hand-offs (at most kSpareChunks): a session makes
+  // its chunk buffers once, so that recording neither allocates nor frees a chunk's worth of the
+  // C heap on the training thread, which would move where glibc trims and grows it.
+  static constexpr std::size_t kSpareChunks = 2;
+  std::vector<std::string> spare_;
+  std::uint64_t spare_bytes_ = 0;  // their capacity, bytes
   std::uint64_t queued_bytes_ = 0;
   bool writing_ = false;
   bool closing_ = false;

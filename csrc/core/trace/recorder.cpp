@@ -193,7 +193,7 @@ void Recorder::append_locked(const Event& event) {
     ++current_records_;
     ++stats_.events;
     if (current_.size() >= options_.chunk_bytes) hand_off_locked();
-    const std::uint64_t held = queued_bytes_ + current_.capacity();
+    const std::uint64_t held = queued_bytes_ + current_.capacity() + spare_bytes_;
     if (held > stats_.buffer_bytes_peak) stats_.buffer_bytes_peak = held;
   } catch (...) {
     fail_locked("out of memory while recording an event");
@@ -204,8 +204,14 @@ void Recorder::hand_off_locked() {
   if (current_records_ == 0) return;
   queued_bytes_ += current_.size();
   queue_.emplace_back(std::move(current_), current_records_);
-  current_ = std::string();
-  current_.reserve(options_.chunk_bytes + 1024);
+  if (!spare_.empty()) {  // a written chunk's buffer: no allocation on the recording thread
+    current_ = std::move(spare_.back());
+    spare_.pop_back();
+    spare_bytes_ -= std::min<std::uint64_t>(spare_bytes_, current_.capacity());
+  } else {
+    current_ = std::string();
+    current_.reserve(options_.chunk_bytes + 1024);
+  }
   current_records_ = 0;
   wake_writer_.notify_one();
 }
@@ -239,6 +245,11 @@ void Recorder::writer_loop() {
       if (!ok) {
         stats_.dropped_events += chunk.second;  // this chunk's records never reached the file
         if (!failed_) fail_locked(reason);
+      }
+      if (spare_.size() < kSpareChunks && chunk.first.capacity() >= options_.chunk_bytes) {
+        chunk.first.clear();  // kept for the next hand-off, its memory with it
+        spare_bytes_ += chunk.first.capacity();
+        spare_.push_back(std::move(chunk.first));
       }
     }
     written_.notify_all();
