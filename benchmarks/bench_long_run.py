@@ -48,6 +48,9 @@ import torch
 
 import ridgescope as rs
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _emit import emit_json  # noqa: E402
+
 TARGETS = {"trace_mb": 50, "rss_growth_mb": 5, "report_s": 10, "json_mb": 25, "bounded_over_full": 1.0}
 
 
@@ -245,10 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             "peak_step_kept": run["peak_step_kept"],
         },
     }
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit_json(out, args.out)
     return 0
 
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import platform
 import statistics
@@ -61,6 +60,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _emit import emit_json  # noqa: E402
 from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
 
 import ridgescope as rs  # noqa: E402
@@ -420,11 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         if "step" in only:
             out["step"] = step(tmp, args.blocks, args.block, args.batch)
     out["wall_s"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+    emit_json(out, args.out, indent=2)
     return 0
 
 

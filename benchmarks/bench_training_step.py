@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import platform
 import statistics
@@ -71,6 +70,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _emit import emit_json  # noqa: E402
 from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
 
 import ridgescope as rs  # noqa: E402
@@ -368,11 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         out["profiler_costs"] = {"exit_ms": ms(statistics.median(acc["exit_s"])),
                                  "exit_note": "leaving the profile context after "
                                               f"{args.warmup + args.steps} steps (median)"}
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+    emit_json(out, args.out)
     return 0
 
 

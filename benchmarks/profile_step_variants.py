@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _emit import emit_json  # noqa: E402
 VARIANTS = ("untracked", "default", "nosites", "lifetime", "nohost", "bare")
 
 
@@ -147,11 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         result = aggregate(data, json.loads(Path(windows).read_text()), args.by, args.frequency, args.top)
     out = {"schema_version": 1, "benchmark": "profile_step_variants", "date": time.strftime("%Y-%m-%d"),
            "torch_threads": args.threads, "blocks": args.blocks, "by": args.by, **result}
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+    emit_json(out, args.out, indent=1)
     return 0
 
 
