@@ -113,6 +113,7 @@ class Recorder {
   void append_definition_locked(const std::string& record);
   void wait_for_room(std::unique_lock<std::mutex>& lock) noexcept;
   void hand_off_locked();
+  void note_held_locked() noexcept;
   void writer_loop();
   void fail_locked(std::string message);
 

@@ -158,7 +158,12 @@ void Recorder::append_definition_locked(const std::string& record) {
   ++current_records_;
   ++stats_.events;
   if (current_.size() >= options_.chunk_bytes) hand_off_locked();
-  const std::uint64_t held = queued_bytes_ + current_.capacity();
+  note_held_locked();
+}
+
+// The recorder's buffers now: the queued chunks, the one being filled, the written ones kept.
+void Recorder::note_held_locked() noexcept {
+  const std::uint64_t held = queued_bytes_ + current_.capacity() + spare_bytes_;
   if (held > stats_.buffer_bytes_peak) stats_.buffer_bytes_peak = held;
 }
 
@@ -193,8 +198,7 @@ void Recorder::append_locked(const Event& event) {
     ++current_records_;
     ++stats_.events;
     if (current_.size() >= options_.chunk_bytes) hand_off_locked();
-    const std::uint64_t held = queued_bytes_ + current_.capacity() + spare_bytes_;
-    if (held > stats_.buffer_bytes_peak) stats_.buffer_bytes_peak = held;
+    note_held_locked();
   } catch (...) {
     fail_locked("out of memory while recording an event");
   }
