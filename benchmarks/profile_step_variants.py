@@ -8,7 +8,8 @@ bench_tracking_pieces.py's TinyGPT step in alternating blocks inside ONE process
 block's CLOCK_MONOTONIC window, and attributes every sample to the variant whose window holds
 it. The result is ms a step (samples / frequency / steps) per thread and per shared object or
 symbol, for each variant: the differences between variants are what tracking costs, the same
-noise falling on all of them.
+noise falling on all of them. Threads that live for one block only (each session's recorder
+writer) are summed as one row, "session threads".
 
     python benchmarks/profile_step_variants.py --threads 2 --blocks 12 \\
         --variants untracked,default,nosites --by symbol --top 25 --out out/profile.json
@@ -37,6 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _emit import emit_json  # noqa: E402
+SESSION_THREADS = "session threads"
 VARIANTS = ("untracked", "default", "nosites", "lifetime", "nohost", "bare")
 
 
@@ -87,6 +89,8 @@ def aggregate(perf_data: str, windows: list[list[Any]], by: str, frequency: int,
     counts: dict[tuple[str, str], collections.Counter[str]] = collections.defaultdict(collections.Counter)
     out = subprocess.run(["perf", "script", "-i", perf_data, "-F", "tid,time,ip,sym,dso", "--ns"],
                          capture_output=True, text=True, check=True).stdout
+    samples = []
+    blocks_of: dict[str, set[int]] = collections.defaultdict(set)  # tid -> the windows it ran in
     for line in out.splitlines():
         parts = line.split(None, 3)
         if len(parts) < 4:
@@ -100,7 +104,12 @@ def aggregate(perf_data: str, windows: list[list[Any]], by: str, frequency: int,
             continue
         sym, _, dso = parts[3].rpartition(" (")
         dso = dso.rstrip(")").split("/")[-1]
-        counts[(parts[0], windows[i][0])][dso if by == "dso" else f"{dso} {sym.strip()}"] += 1
+        samples.append((parts[0], windows[i][0], dso if by == "dso" else f"{dso} {sym.strip()}"))
+        blocks_of[parts[0]].add(i)
+    # A thread seen in one window only lives for one session (the recorder's writer, a session's
+    # own helpers): each session has its own, so they are summed as one row, "session threads".
+    for tid, v, key in samples:
+        counts[(tid if len(blocks_of[tid]) > 1 else SESSION_THREADS, v)][key] += 1
     threads: dict[str, Any] = {}
     variants = sorted(steps)
     for tid in sorted({tid for tid, _ in counts}):

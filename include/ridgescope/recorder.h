@@ -8,7 +8,7 @@
 // chunks and flushes a partial one every flush interval, so a process killed mid-run leaves a
 // readable prefix. When the writer falls behind by more than the queue bound, every append
 // (record, record_timed, intern, metadata) waits for it: memory stays bounded (about
-// max_queued_chunks + 2 spare buffers, x the chunk size). A String or Metadata text over kMaxRecordBytes is
+// max_queued_chunks + one chunk per recording thread + 2, x the chunk size). A String or Metadata text over kMaxRecordBytes is
 // dropped and counted. Once close() has begun, further events are dropped and counted.
 //
 // An I/O error never propagates: the recorder marks itself failed, counts what it drops, and
