@@ -4,6 +4,10 @@ The same CPU training step (TinyGPT from examples/models.py, AdamW, cross-entrop
 these variants:
 
   untracked         plain PyTorch
+  untracked_control plain PyTorch again, on a second model built from the same seed: its ratio
+                    over ``untracked`` is what the benchmark reads when nothing differs (the
+                    models' memory placement and the machine's noise), the floor under which
+                    no other ratio can be told from 1
   tracked           inside ``rs.track(model=..., optimizer=...)`` writing a trace to a temp file
                     (activations tagged by the saved-tensor hook, and each allocation's site:
                     the defaults)
@@ -76,10 +80,10 @@ from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
 
 import ridgescope as rs  # noqa: E402
 
-VARIANTS = ("untracked", "tracked", "tracked_bounded", "tracked_nosites", "tracked_python", "tracked_lifetime",
-            "profiler", "compiled", "compiled_tracked", "compiled_tracked_lifetime")
-DEFAULT_VARIANTS = ("untracked", "tracked", "tracked_bounded", "tracked_nosites", "tracked_python",
-                    "tracked_lifetime", "profiler")
+VARIANTS = ("untracked", "untracked_control", "tracked", "tracked_bounded", "tracked_nosites",
+            "tracked_python", "tracked_lifetime", "profiler", "compiled", "compiled_tracked", "compiled_tracked_lifetime")
+DEFAULT_VARIANTS = ("untracked", "untracked_control", "tracked", "tracked_bounded", "tracked_nosites",
+                    "tracked_python", "tracked_lifetime", "profiler")
 TRACKED = {"tracked": {"keep_steps": "all"}, "tracked_bounded": {"keep_steps": 20},
            "tracked_nosites": {"stacks": None}, "tracked_python": {"stacks": "python"},
            "tracked_lifetime": {"activations": False},
@@ -151,7 +155,7 @@ def make_profiler() -> torch.profiler.profile:
 
 def run_round(variant: str, trainer: Trainer, args: argparse.Namespace, tmp: Path,
               rnd: int, acc: dict[str, Any]) -> list[float]:
-    if variant in ("untracked", "compiled"):
+    if variant in ("untracked", "untracked_control", "compiled"):
         return timed_steps(trainer.step, args.warmup, args.steps)
 
     if variant in TRACKED:
