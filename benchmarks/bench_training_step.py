@@ -81,7 +81,8 @@ from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
 import ridgescope as rs  # noqa: E402
 
 VARIANTS = ("untracked", "untracked_control", "tracked", "tracked_bounded", "tracked_nosites",
-            "tracked_python", "tracked_lifetime", "profiler", "compiled", "compiled_tracked", "compiled_tracked_lifetime")
+            "tracked_python", "tracked_lifetime", "profiler", "compiled", "compiled_tracked",
+            "compiled_tracked_lifetime")
 DEFAULT_VARIANTS = ("untracked", "untracked_control", "tracked", "tracked_bounded", "tracked_nosites",
                     "tracked_python", "tracked_lifetime", "profiler")
 TRACKED = {"tracked": {"keep_steps": "all"}, "tracked_bounded": {"keep_steps": 20},

@@ -38,6 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _emit import emit_json  # noqa: E402
+
 SESSION_THREADS = "session threads"
 VARIANTS = ("untracked", "default", "nosites", "lifetime", "nohost", "bare")
 

@@ -7,9 +7,11 @@
 // allocates only through the C++ heap into a bounded buffer. A background thread writes full
 // chunks and flushes a partial one every flush interval, so a process killed mid-run leaves a
 // readable prefix. When the writer falls behind by more than the queue bound, every append
-// (record, record_timed, intern, metadata) waits for it: memory stays bounded (about
-// max_queued_chunks + one chunk per recording thread + 2, x the chunk size). A String or Metadata text over kMaxRecordBytes is
-// dropped and counted. Once close() has begun, further events are dropped and counted.
+// (record, record_timed, intern, metadata) waits for it: memory stays bounded, at most
+// (max_queued_chunks + one per recording thread + the chunk being written + the one being
+// filled) x the chunk size; the written buffers kept for the next hand-offs are among these.
+// A String or Metadata text over kMaxRecordBytes is dropped and counted. Once close() has
+// begun, further events are dropped and counted.
 //
 // An I/O error never propagates: the recorder marks itself failed, counts what it drops, and
 // failed()/error() say why. Thread-safety: every member function is safe from any thread.
