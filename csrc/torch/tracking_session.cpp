@@ -40,11 +40,19 @@ std::uint64_t block_serial(const Device& device, std::uint64_t addr) noexcept {
   return 0;
 }
 
+// A session's writer takes only CPU time the training threads leave (recorder.h): on a machine
+// whose cores torch's threads fill, a writer at the normal class preempts them mid-op.
+RecorderOptions session_recorder_options() {
+  RecorderOptions options;
+  options.idle_writer = true;
+  return options;
+}
+
 }  // namespace
 
 TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity_bytes, StackMode stacks,
                                  FlightOptions flight, bool host_memory)
-    : keep_steps_(flight.keep_steps), recorder_(make_flight_sink(path, flight)),
+    : keep_steps_(flight.keep_steps), recorder_(make_flight_sink(path, flight), session_recorder_options()),
       sites_(std::make_unique<SiteCapture>(&recorder_, stacks)) {
   recorder_.metadata("flight", flight_metadata(flight));
   recorder_.metadata("sites", sites_->describe());

@@ -10,6 +10,9 @@
 // (record, record_timed, intern, metadata) waits for it: memory stays bounded, at most
 // (max_queued_chunks + one per recording thread + the chunk being written + the one being
 // filled) x the chunk size; the written buffers kept for the next hand-offs are among these.
+// A thread that waits for the writer (a full queue, flush(), close()) writes the queued chunks
+// itself, in order, whenever the writer is not writing one: a writer that gets no CPU time
+// (RecorderOptions::idle_writer) can delay the file but never stall recording for long.
 // A String or Metadata text over kMaxRecordBytes is dropped and counted. Once close() has
 // begun, further events are dropped and counted.
 //
@@ -52,6 +55,13 @@ struct RecorderOptions {
   std::uint32_t chunk_bytes = 256 * 1024;
   std::uint32_t flush_interval_ms = 100;   // a partial chunk older than this is written
   std::uint32_t max_queued_chunks = 64;    // memory bound: record() waits beyond this
+  // The writer thread runs at the idle scheduling class (Linux SCHED_IDLE): only on CPU time no
+  // other thread wants, so that it never preempts training threads on a machine whose cores
+  // they fill (on 2 cores with 2 torch threads it made the tracked step 0.4-0.7 ms faster:
+  // docs/performance.md). Its work then waits for idle time, or for a thread that waits for it
+  // and writes the chunks itself; close() returns the writer to the normal class where the
+  // process may (EPERM ignored). Elsewhere, and when the class cannot be set, no effect.
+  bool idle_writer = false;
 };
 
 class Recorder {
@@ -109,12 +119,18 @@ class Recorder {
 
   // Testing aid: the next chunk write fails as a full disk would.
   void inject_write_failure() noexcept;
+  // Testing aid: the writer thread stops writing chunks (as one that gets no CPU time would) and
+  // leaves them to the threads that wait for it.
+  void pause_writer_for_testing() noexcept;
+  // The writer thread's scheduling policy now (SCHED_OTHER, SCHED_IDLE, ...; -1 if unknown).
+  int writer_policy() const noexcept;
 
  private:
   void append_locked(const Event& event);
   void append_definition_locked(const std::string& record);
   void wait_for_room(std::unique_lock<std::mutex>& lock) noexcept;
   void hand_off_locked();
+  bool write_front_locked(std::unique_lock<std::mutex>& lock);
   void note_held_locked() noexcept;
   void writer_loop();
   void fail_locked(std::string message);
@@ -142,6 +158,8 @@ class Recorder {
   bool closed_ = false;
   bool failed_ = false;
   bool inject_failure_ = false;
+  bool writer_paused_ = false;
+  int writer_tid_ = 0;  // the writer thread's kernel id (0 until it runs; Linux)
   std::string error_;
   RecorderStats stats_;
   std::uint64_t codec_time_ns_ = 0;  // time of the last encoded record (delta base)

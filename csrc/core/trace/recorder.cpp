@@ -6,6 +6,12 @@
 #include <cstring>
 #include <stdexcept>
 
+#if defined(__linux__)
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "byte_codec.h"
 #include "record_codec.h"
 #include "ridgescope/clock.h"
@@ -20,6 +26,14 @@ std::uint32_t this_thread_number() noexcept {
   thread_local const std::uint32_t number = next.fetch_add(1, std::memory_order_relaxed);
   return number;
 }
+
+#if defined(__linux__)
+int set_thread_policy(int tid, int policy) noexcept {
+  sched_param param{};
+  param.sched_priority = 0;
+  return sched_setscheduler(tid, policy, &param);
+}
+#endif
 
 }  // namespace
 
@@ -61,8 +75,9 @@ void Recorder::record_timed(Event event) noexcept {
 
 void Recorder::wait_for_room(std::unique_lock<std::mutex>& lock) noexcept {
   // Bounded memory: wait for the writer rather than grow without limit.
+  // Waiting here, this thread writes the oldest chunk itself whenever no one is writing one.
   while (queue_.size() > options_.max_queued_chunks && !failed_ && !closed_ && !closing_) {
-    written_.wait(lock);
+    if (!write_front_locked(lock)) written_.wait(lock);
   }
 }
 
@@ -220,43 +235,70 @@ void Recorder::hand_off_locked() {
   wake_writer_.notify_one();
 }
 
+// Writes the oldest queued chunk on this thread, unless one is being written: chunks reach the
+// sink in order, one at a time, from whichever thread takes them (the writer, or one that waits
+// for it). The lock is released during the write. Returns whether a chunk was written.
+bool Recorder::write_front_locked(std::unique_lock<std::mutex>& lock) {
+  if (queue_.empty() || writing_) return false;
+  auto chunk = std::move(queue_.front());
+  queue_.pop_front();
+  writing_ = true;
+  const bool inject = inject_failure_;
+  inject_failure_ = false;
+  lock.unlock();
+  const bool ok = !inject && sink_->write_chunk(chunk.first, chunk.second);
+  std::string reason;
+  if (!ok) {
+    try {
+      reason = inject ? "cannot write the trace file '" + sink_->path() + "': injected write failure"
+                      : sink_->error();
+    } catch (...) {
+      reason = "cannot write the trace file";
+    }
+  }
+  lock.lock();
+  writing_ = false;
+  // fail_locked() (from any thread, while the lock was released) zeroes the count.
+  queued_bytes_ -= std::min<std::uint64_t>(queued_bytes_, chunk.first.size());
+  if (!ok) {
+    stats_.dropped_events += chunk.second;  // this chunk's records never reached the file
+    if (!failed_) fail_locked(std::move(reason));
+  }
+  if (spare_.size() < kSpareChunks && chunk.first.capacity() >= options_.chunk_bytes) {
+    chunk.first.clear();  // kept for the next hand-off, its memory with it
+    try {
+      spare_.push_back(std::move(chunk.first));
+      spare_bytes_ += spare_.back().capacity();
+    } catch (...) {
+    }
+  }
+  written_.notify_all();
+  if (!queue_.empty()) wake_writer_.notify_one();
+  return true;
+}
+
 void Recorder::writer_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
+#if defined(__linux__)
+  writer_tid_ = static_cast<int>(syscall(SYS_gettid));
+  // Not once close() has begun: it returns the writer to the normal class to exit promptly.
+  if (options_.idle_writer && !closing_) set_thread_policy(0, SCHED_IDLE);  // refused: stays normal
+#endif
   for (;;) {
     // The predicate keeps a notify() that came before this wait (a close() right after the
     // thread started) from being lost for a whole interval.
-    wake_writer_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms),
-                          [this] { return closing_ || !queue_.empty(); });
+    wake_writer_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms), [this] {
+      return closing_ || (!queue_.empty() && !writing_ && !writer_paused_);
+    });
     if (current_records_ > 0 &&
         (closing_ || monotonic_now_ns() - current_started_ns_ >=
                          std::uint64_t{options_.flush_interval_ms} * 1000000u)) {
       hand_off_locked();
     }
-    while (!queue_.empty()) {
-      auto chunk = std::move(queue_.front());
-      queue_.pop_front();
-      writing_ = true;
-      const bool inject = inject_failure_;
-      inject_failure_ = false;
-      lock.unlock();
-      const bool ok = !inject && sink_->write_chunk(chunk.first, chunk.second);
-      const std::string reason = inject ? "cannot write the trace file '" + sink_->path() + "': injected write failure"
-                                        : sink_->error();
-      lock.lock();
-      writing_ = false;
-      // fail_locked() (from any thread, while the lock was released) zeroes the count.
-      queued_bytes_ -= std::min<std::uint64_t>(queued_bytes_, chunk.first.size());
-      if (!ok) {
-        stats_.dropped_events += chunk.second;  // this chunk's records never reached the file
-        if (!failed_) fail_locked(reason);
-      }
-      if (spare_.size() < kSpareChunks && chunk.first.capacity() >= options_.chunk_bytes) {
-        chunk.first.clear();  // kept for the next hand-off, its memory with it
-        spare_bytes_ += chunk.first.capacity();
-        spare_.push_back(std::move(chunk.first));
-      }
+    while (!writer_paused_ && write_front_locked(lock)) {
     }
     written_.notify_all();
+    // What is still queued (another thread is writing it, or the writer is paused) is close()'s.
     if (closing_ && current_records_ == 0) return;
   }
 }
@@ -265,22 +307,34 @@ void Recorder::flush() noexcept {
   std::unique_lock<std::mutex> lock(mutex_);
   if (closed_) return;
   hand_off_locked();
-  written_.wait(lock, [this] { return (queue_.empty() && !writing_) || failed_ || closed_; });
+  while (!((queue_.empty() && !writing_) || failed_ || closed_)) {
+    if (!write_front_locked(lock)) written_.wait(lock);
+  }
 }
 
 void Recorder::close() noexcept {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     if (closed_ || closing_) return;
     closing_ = true;
     hand_off_locked();
     wake_writer_.notify_one();
+    // The chunks left are written here, unless the writer is writing one (then waited for), so
+    // that closing never waits for an idle writer to be given time.
+    while (!queue_.empty() && !failed_) {
+      if (!write_front_locked(lock)) written_.wait(lock);
+    }
+#if defined(__linux__)
+    // Back to the normal class to exit promptly (a process without CAP_SYS_NICE may not: EPERM).
+    if (options_.idle_writer && writer_tid_ != 0) set_thread_policy(writer_tid_, SCHED_OTHER);
+#endif
   }
   if (writer_.joinable()) writer_.join();
   // The writer has stopped: the sink is this thread's now.
   const bool ok = sink_->close();
   std::lock_guard<std::mutex> lock(mutex_);
   closed_ = true;
+  writer_tid_ = 0;
   if (!ok && !failed_) fail_locked(sink_->error());
   written_.notify_all();
 }
@@ -322,6 +376,24 @@ RecorderStats Recorder::stats() const {
   s.chunks_written = written.chunks_written;
   s.file_bytes = written.file_bytes;
   return s;
+}
+
+void Recorder::pause_writer_for_testing() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  writer_paused_ = true;
+}
+
+int Recorder::writer_policy() const noexcept {
+#if defined(__linux__)
+  int tid = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tid = writer_tid_;
+  }
+  return tid != 0 ? sched_getscheduler(tid) : -1;
+#else
+  return -1;
+#endif
 }
 
 void Recorder::inject_write_failure() noexcept {

@@ -3,6 +3,10 @@
 #include <thread>
 #include <vector>
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #include "catch.h"
 #include "ridgescope/recorder.h"
 #include "ridgescope/trace_reader.h"
@@ -82,6 +86,79 @@ SCENARIO("the recorder's memory is bounded by its queue, not by the run", "[core
     }
   }
 }
+
+SCENARIO("a writer that gets no CPU time delays the file but never stalls recording",
+         "[core][recorder]") {
+  GIVEN("a recorder with 1 KiB chunks and a queue of 2 whose writer thread writes nothing") {
+    TempPath path;
+    RecorderOptions options;
+    options.chunk_bytes = 1024;
+    options.max_queued_chunks = 2;
+    Recorder rec(path.str(), options);
+    rec.pause_writer_for_testing();  // as an idle-class writer on a machine with no idle time
+    WHEN("5,000 events (about 40 chunks) are recorded, then flushed") {
+      for (std::uint64_t i = 0; i < 5000; ++i) rec.record(alloc_event(0x1000 + 64 * i, 64));
+      rec.flush();
+      THEN("the recording thread wrote the chunks itself: all of them are on disk, none dropped") {
+        CHECK(count_events(path.str()) == 5000);
+        CHECK(rec.stats().chunks_written >= 30);
+        CHECK(rec.stats().dropped_events == 0);
+        // The queue's limit, this thread's hand-off, the one written and the one filled.
+        CHECK(rec.stats().buffer_bytes_peak <= (2 + 1 + 1 + 1) * (1024 + 1024));
+      }
+      AND_WHEN("more events come and the recorder is closed") {
+        for (std::uint64_t i = 0; i < 700; ++i) rec.record(alloc_event(0x900000 + 64 * i, 64));
+        rec.close();
+        THEN("close() wrote what was left: every event is in the file, in order") {
+          TraceReader reader(path.str());
+          Event e;
+          std::uint64_t n = 0, last_time = 0;
+          bool ordered = true;
+          while (reader.next(e)) {
+            ordered = ordered && e.time_ns >= last_time;
+            last_time = e.time_ns;
+            ++n;
+          }
+          CHECK(n == 5700);
+          CHECK(ordered);
+          CHECK(rec.stats().dropped_events == 0);
+        }
+      }
+    }
+  }
+}
+
+#if defined(__linux__)
+SCENARIO("an idle writer runs at the idle scheduling class, a default one at the normal class",
+         "[core][recorder]") {
+  auto policy_of = [](Recorder& rec) {
+    // The writer thread sets its class as it starts; wait for it to have started.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    int policy = rec.writer_policy();
+    while (policy == -1 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      policy = rec.writer_policy();
+    }
+    return policy;
+  };
+  GIVEN("a recorder made with idle_writer, and one made without") {
+    TempPath idle_path, normal_path;
+    RecorderOptions idle;
+    idle.idle_writer = true;
+    Recorder idle_rec(idle_path.str(), idle);
+    Recorder normal_rec(normal_path.str());
+    THEN("their writers' classes are SCHED_IDLE and SCHED_OTHER, and both write every event") {
+      CHECK(policy_of(idle_rec) == SCHED_IDLE);
+      CHECK(policy_of(normal_rec) == SCHED_OTHER);
+      for (int i = 0; i < 100; ++i) idle_rec.record(alloc_event(0x100 + 16 * i, 16));
+      idle_rec.close();
+      normal_rec.close();
+      CHECK(count_events(idle_path.str()) == 100);
+      CHECK(idle_rec.stats().dropped_events == 0);
+    }
+  }
+}
+#endif
 
 SCENARIO("a write failure stops recording without throwing", "[core][recorder]") {
   GIVEN("a recorder whose next write fails as a full disk would") {
