@@ -13,6 +13,9 @@ these variants:
                     the defaults)
   tracked_bounded   the same with ``keep_steps=20``: the flight recorder's bounded trace, the
                     default of ``ridgescope run`` and the integrations (docs/long-runs.md)
+  tracked_bounded_normal_writer
+                    the same with ``RIDGESCOPE_WRITER=normal``: the trace writer thread at the
+                    normal scheduling class instead of the idle one (recorder.h), not a default
   tracked_nosites   the same with ``stacks=None``: no allocation site (docs/sites.md)
   tracked_python    the same with ``stacks="python"``: the whole Python stack of every allocation
   tracked_lifetime  the default with ``activations=False``: no saved-tensor hook, activations
@@ -60,6 +63,7 @@ The CPU clocks are disturbed less by other processes on a shared machine; use th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import platform
@@ -80,20 +84,38 @@ from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
 
 import ridgescope as rs  # noqa: E402
 
-VARIANTS = ("untracked", "untracked_control", "tracked", "tracked_bounded", "tracked_nosites",
-            "tracked_python", "tracked_lifetime", "profiler", "compiled", "compiled_tracked",
+VARIANTS = ("untracked", "untracked_control", "tracked", "tracked_bounded",
+            "tracked_bounded_normal_writer", "tracked_nosites", "tracked_python", "tracked_lifetime", "profiler", "compiled", "compiled_tracked",
             "compiled_tracked_lifetime")
 DEFAULT_VARIANTS = ("untracked", "untracked_control", "tracked", "tracked_bounded", "tracked_nosites",
                     "tracked_python", "tracked_lifetime", "profiler")
 TRACKED = {"tracked": {"keep_steps": "all"}, "tracked_bounded": {"keep_steps": 20},
+           "tracked_bounded_normal_writer": {"keep_steps": 20},
            "tracked_nosites": {"stacks": None}, "tracked_python": {"stacks": "python"},
            "tracked_lifetime": {"activations": False},
            "compiled_tracked": {}, "compiled_tracked_lifetime": {"activations": False}}
+# The environment a variant's session starts in (read when the session starts).
+SESSION_ENV = {"tracked_bounded_normal_writer": {"RIDGESCOPE_WRITER": "normal"}}
 TARGETS = {"tracked_over_untracked": 1.05, "tracked_bounded_over_untracked": 1.05,
            "tracked_python_over_untracked": 1.15,
            "compiled_tracked_over_compiled": 1.05}
 TARGET_TRACKED_OVER_UNTRACKED = 1.05
 N_BATCHES = 4  # distinct fixed batches, cycled
+
+
+@contextlib.contextmanager
+def session_env(env: dict[str, str]) -> Any:
+    """Sets ``env`` while a session starts and runs; the variables are restored after."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -161,8 +183,9 @@ def run_round(variant: str, trainer: Trainer, args: argparse.Namespace, tmp: Pat
 
     if variant in TRACKED:
         path = tmp / f"{variant}-round{rnd}.rstrace"
-        with rs.track(model=trainer.model, optimizer=trainer.optimizer, out=path,
-                      **TRACKED[variant]) as session:
+        with session_env(SESSION_ENV.get(variant, {})), \
+                rs.track(model=trainer.model, optimizer=trainer.optimizer, out=path,
+                         **TRACKED[variant]) as session:
             for _ in range(args.warmup):
                 trainer.step()
             before = session.stats()

@@ -42,17 +42,17 @@ std::uint64_t block_serial(const Device& device, std::uint64_t addr) noexcept {
 
 // A session's writer takes only CPU time the training threads leave (recorder.h): on a machine
 // whose cores torch's threads fill, a writer at the normal class preempts them mid-op.
-RecorderOptions session_recorder_options() {
+RecorderOptions session_recorder_options(bool idle_writer) {
   RecorderOptions options;
-  options.idle_writer = true;
+  options.idle_writer = idle_writer;
   return options;
 }
 
 }  // namespace
 
 TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity_bytes, StackMode stacks,
-                                 FlightOptions flight, bool host_memory)
-    : keep_steps_(flight.keep_steps), recorder_(make_flight_sink(path, flight), session_recorder_options()),
+                                 FlightOptions flight, bool host_memory, bool idle_writer)
+    : keep_steps_(flight.keep_steps), recorder_(make_flight_sink(path, flight), session_recorder_options(idle_writer)),
       sites_(std::make_unique<SiteCapture>(&recorder_, stacks)) {
   recorder_.metadata("flight", flight_metadata(flight));
   recorder_.metadata("sites", sites_->describe());

@@ -62,6 +62,19 @@ def _default_trace_path() -> Path:
     return Path(tempfile.gettempdir()) / f"ridgescope-{os.getpid()}-{stamp}.rstrace"
 
 
+WRITER_ENV = "RIDGESCOPE_WRITER"
+
+
+def _idle_writer() -> bool:
+    """Whether the trace writer thread runs at the idle scheduling class: ``idle`` (the
+    default: it takes only CPU time the training threads leave, docs/long-runs.md) unless
+    $RIDGESCOPE_WRITER says ``normal``."""
+    value = os.environ.get(WRITER_ENV, "idle").strip().lower() or "idle"
+    if value not in ("idle", "normal"):
+        raise RidgescopeError(f"${WRITER_ENV} must be 'idle' or 'normal', got {value!r}")
+    return value == "idle"
+
+
 class Session:
     """One tracking session. Create it with :func:`track`; read it with :meth:`report`."""
 
@@ -126,9 +139,10 @@ class Session:
                                       f"directory {parent} does not exist")
             mode = self.stacks or "none"
             self.sites_status = _configure_sites() if mode != "none" else ""
+            idle_writer = _idle_writer()
             try:
                 self._native = _C.Session(str(self.path), self.capacity or 0, mode, self.keep_steps,
-                                          host_memory=self._host_memory)
+                                          host_memory=self._host_memory, idle_writer=idle_writer)
             except RuntimeError as exc:
                 raise RidgescopeError(str(exc).removeprefix("ridgescope: ")) from None
             _active = self
