@@ -13,9 +13,9 @@ these variants:
                     the defaults)
   tracked_bounded   the same with ``keep_steps=20``: the flight recorder's bounded trace, the
                     default of ``ridgescope run`` and the integrations (docs/long-runs.md)
-  tracked_bounded_normal_writer
-                    the same with ``RIDGESCOPE_WRITER=normal``: the trace writer thread at the
-                    normal scheduling class instead of the idle one (recorder.h), not a default
+  tracked_bounded_idle_writer
+                    the same with ``RIDGESCOPE_WRITER=idle``: the trace writer thread at the
+                    idle scheduling class instead of the normal one (recorder.h), not a default
   tracked_nosites   the same with ``stacks=None``: no allocation site (docs/sites.md)
   tracked_python    the same with ``stacks="python"``: the whole Python stack of every allocation
   tracked_lifetime  the default with ``activations=False``: no saved-tensor hook, activations
@@ -85,17 +85,17 @@ from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
 import ridgescope as rs  # noqa: E402
 
 VARIANTS = ("untracked", "untracked_control", "tracked", "tracked_bounded",
-            "tracked_bounded_normal_writer", "tracked_nosites", "tracked_python", "tracked_lifetime", "profiler", "compiled", "compiled_tracked",
-            "compiled_tracked_lifetime")
+            "tracked_bounded_idle_writer", "tracked_nosites", "tracked_python", "tracked_lifetime",
+            "profiler", "compiled", "compiled_tracked", "compiled_tracked_lifetime")
 DEFAULT_VARIANTS = ("untracked", "untracked_control", "tracked", "tracked_bounded", "tracked_nosites",
                     "tracked_python", "tracked_lifetime", "profiler")
 TRACKED = {"tracked": {"keep_steps": "all"}, "tracked_bounded": {"keep_steps": 20},
-           "tracked_bounded_normal_writer": {"keep_steps": 20},
+           "tracked_bounded_idle_writer": {"keep_steps": 20},
            "tracked_nosites": {"stacks": None}, "tracked_python": {"stacks": "python"},
            "tracked_lifetime": {"activations": False},
            "compiled_tracked": {}, "compiled_tracked_lifetime": {"activations": False}}
 # The environment a variant's session starts in (read when the session starts).
-SESSION_ENV = {"tracked_bounded_normal_writer": {"RIDGESCOPE_WRITER": "normal"}}
+SESSION_ENV = {"tracked_bounded_idle_writer": {"RIDGESCOPE_WRITER": "idle"}}
 TARGETS = {"tracked_over_untracked": 1.05, "tracked_bounded_over_untracked": 1.05,
            "tracked_python_over_untracked": 1.15,
            "compiled_tracked_over_compiled": 1.05}

@@ -134,7 +134,7 @@ void ridgescope_bindings::bind_session(py::module_& m) {
              return std::make_unique<TrackingSession>(path, capacity, mode, flight, host_memory, idle_writer);
            }),
            py::arg("path"), py::arg("capacity") = 0, py::arg("stacks") = "site", py::arg("keep_steps") = 0,
-           py::arg("host_memory") = true, py::arg("idle_writer") = true)
+           py::arg("host_memory") = true, py::arg("idle_writer") = false)
       .def_property_readonly("keep_steps", &TrackingSession::keep_steps)
       .def("mark", &TrackingSession::mark)
       .def("stop", &TrackingSession::stop, py::call_guard<py::gil_scoped_release>())

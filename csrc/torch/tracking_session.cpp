@@ -40,8 +40,10 @@ std::uint64_t block_serial(const Device& device, std::uint64_t addr) noexcept {
   return 0;
 }
 
-// A session's writer takes only CPU time the training threads leave (recorder.h): on a machine
-// whose cores torch's threads fill, a writer at the normal class preempts them mid-op.
+// With idle_writer, a session's writer takes only CPU time the training threads leave
+// (recorder.h): on a machine whose cores torch's threads fill, a writer at the normal class can
+// preempt one of them mid-op. Not the default: docs/performance.md measured no change in the
+// median step ("The writer at the idle class, again").
 RecorderOptions session_recorder_options(bool idle_writer) {
   RecorderOptions options;
   options.idle_writer = idle_writer;

@@ -40,10 +40,11 @@ class TrackingSession {
   // flight: the flight recorder's options (ridgescope/flight.h): keep_steps 0 keeps every step.
   // host_memory: the host's resident set is read when tracking starts and at every phase end
   // (host_memory_source.h; set_host_memory() changes it later).
-  // idle_writer: the trace writer thread runs at the idle scheduling class (RecorderOptions).
+  // idle_writer: the trace writer thread runs at the idle scheduling class (RecorderOptions;
+  // RIDGESCOPE_WRITER=idle from Python).
   explicit TrackingSession(const std::string& path, std::uint64_t capacity_bytes = 0,
                            StackMode stacks = StackMode::Site, FlightOptions flight = {},
-                           bool host_memory = true, bool idle_writer = true);
+                           bool host_memory = true, bool idle_writer = false);
   ~TrackingSession();
   TrackingSession(const TrackingSession&) = delete;
   TrackingSession& operator=(const TrackingSession&) = delete;

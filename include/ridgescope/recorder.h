@@ -56,11 +56,10 @@ struct RecorderOptions {
   std::uint32_t flush_interval_ms = 100;   // a partial chunk older than this is written
   std::uint32_t max_queued_chunks = 64;    // memory bound: record() waits beyond this
   // The writer thread runs at the idle scheduling class (Linux SCHED_IDLE): only on CPU time no
-  // other thread wants, so that it never preempts training threads on a machine whose cores
-  // they fill (on 2 cores with 2 torch threads it made the tracked step 0.4-0.7 ms faster:
-  // docs/performance.md). Its work then waits for idle time, or for a thread that waits for it
-  // and writes the chunks itself; close() returns the writer to the normal class where the
-  // process may (EPERM ignored). Elsewhere, and when the class cannot be set, no effect.
+  // other thread wants, so that it never preempts the threads that record. Its work then waits
+  // for idle time, or for a thread that waits for it and writes the chunks itself; close()
+  // returns the writer to the normal class where the process may (EPERM ignored). Elsewhere,
+  // and when the class cannot be set, no effect. Sessions: RIDGESCOPE_WRITER=idle.
   bool idle_writer = false;
 };
 

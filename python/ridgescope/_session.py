@@ -66,10 +66,10 @@ WRITER_ENV = "RIDGESCOPE_WRITER"
 
 
 def _idle_writer() -> bool:
-    """Whether the trace writer thread runs at the idle scheduling class: ``idle`` (the
-    default: it takes only CPU time the training threads leave, docs/long-runs.md) unless
-    $RIDGESCOPE_WRITER says ``normal``."""
-    value = os.environ.get(WRITER_ENV, "idle").strip().lower() or "idle"
+    """Whether the trace writer thread runs at the idle scheduling class, taking only CPU time
+    the training threads leave (docs/long-runs.md): when $RIDGESCOPE_WRITER says ``idle``;
+    ``normal`` (the default) keeps it at the normal class."""
+    value = os.environ.get(WRITER_ENV, "normal").strip().lower() or "normal"
     if value not in ("idle", "normal"):
         raise RidgescopeError(f"${WRITER_ENV} must be 'idle' or 'normal', got {value!r}")
     return value == "idle"

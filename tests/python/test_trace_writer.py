@@ -1,5 +1,6 @@
-"""Specification: the trace writer thread takes only CPU time the training threads leave
-(the idle scheduling class, recorder.h), unless $RIDGESCOPE_WRITER says ``normal``."""
+"""Specification: the trace writer thread runs at the normal scheduling class, or, when
+$RIDGESCOPE_WRITER says ``idle``, at the idle class (recorder.h: it takes only CPU time the
+training threads leave)."""
 from __future__ import annotations
 
 import os
@@ -36,21 +37,22 @@ def policies_of_session_threads(trace_path) -> tuple[list[int], int]:
     return policies, len(session.report().steps)
 
 
-def test_the_writer_runs_at_the_idle_class_and_writes_every_step(trace_path, monkeypatch):
-    """Given no $RIDGESCOPE_WRITER, when a session trains 3 steps, then exactly one thread it
-    started (the writer) is at SCHED_IDLE, and the trace holds all 3 steps."""
+def test_by_default_the_writer_runs_at_the_normal_class(trace_path, monkeypatch):
+    """Given no $RIDGESCOPE_WRITER, when a session trains 3 steps, then no thread it started is
+    at SCHED_IDLE, and the trace holds all 3 steps."""
     monkeypatch.delenv("RIDGESCOPE_WRITER", raising=False)
-    policies, steps = policies_of_session_threads(trace_path)
-    assert policies.count(os.SCHED_IDLE) == 1
-    assert steps == 3
-
-
-def test_ridgescope_writer_normal_keeps_the_writer_at_the_normal_class(trace_path, monkeypatch):
-    """Given RIDGESCOPE_WRITER=normal, then no thread the session started is at SCHED_IDLE."""
-    monkeypatch.setenv("RIDGESCOPE_WRITER", "normal")
     policies, steps = policies_of_session_threads(trace_path)
     assert os.SCHED_IDLE not in policies
     assert os.SCHED_OTHER in policies
+    assert steps == 3
+
+
+def test_ridgescope_writer_idle_puts_the_writer_at_the_idle_class(trace_path, monkeypatch):
+    """Given RIDGESCOPE_WRITER=idle, then exactly one thread the session started (the writer)
+    is at SCHED_IDLE, and the trace still holds all 3 steps."""
+    monkeypatch.setenv("RIDGESCOPE_WRITER", "idle")
+    policies, steps = policies_of_session_threads(trace_path)
+    assert policies.count(os.SCHED_IDLE) == 1
     assert steps == 3
 
 
