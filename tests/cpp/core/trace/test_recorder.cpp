@@ -23,6 +23,13 @@ Event alloc_event(std::uint64_t addr, std::uint64_t bytes) {
   e.bytes = e.requested_bytes = bytes;
   return e;
 }
+// Small chunks and a short queue, so that a test fills the queue in a few thousand events.
+RecorderOptions small_chunks(std::uint32_t chunk_bytes, std::uint32_t max_queued_chunks) {
+  RecorderOptions options;
+  options.chunk_bytes = chunk_bytes;
+  options.max_queued_chunks = max_queued_chunks;
+  return options;
+}
 std::size_t count_events(const std::string& path) {
   TraceReader reader(path);
   Event e;
@@ -61,10 +68,7 @@ SCENARIO("a running recorder leaves a readable file behind it", "[core][recorder
 SCENARIO("the recorder's memory is bounded by its queue, not by the run", "[core][recorder]") {
   GIVEN("a recorder with 4 KiB chunks and a queue of 4 chunks") {
     TempPath path;
-    RecorderOptions options;
-    options.chunk_bytes = 4096;
-    options.max_queued_chunks = 4;
-    Recorder rec(path.str(), options);
+    Recorder rec(path.str(), small_chunks(4096, 4));
     WHEN("200,000 events are recorded from two threads") {
       auto work = [&rec](std::uint64_t base) {
         for (std::uint64_t i = 0; i < 100000; ++i) rec.record(alloc_event(base + 64 * i, 64));
@@ -91,10 +95,7 @@ SCENARIO("a writer that gets no CPU time delays the file but never stalls record
          "[core][recorder]") {
   GIVEN("a recorder with 1 KiB chunks and a queue of 2 whose writer thread writes nothing") {
     TempPath path;
-    RecorderOptions options;
-    options.chunk_bytes = 1024;
-    options.max_queued_chunks = 2;
-    Recorder rec(path.str(), options);
+    Recorder rec(path.str(), small_chunks(1024, 2));
     rec.pause_writer_for_testing();  // as an idle-class writer on a machine with no idle time
     WHEN("5,000 events (about 40 chunks) are recorded, then flushed") {
       for (std::uint64_t i = 0; i < 5000; ++i) rec.record(alloc_event(0x1000 + 64 * i, 64));
