@@ -63,7 +63,6 @@ The CPU clocks are disturbed less by other processes on a shared machine; use th
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import os
 import platform
@@ -73,6 +72,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
+from unittest import mock
 
 import torch
 
@@ -101,21 +101,6 @@ TARGETS = {"tracked_over_untracked": 1.05, "tracked_bounded_over_untracked": 1.0
            "compiled_tracked_over_compiled": 1.05}
 TARGET_TRACKED_OVER_UNTRACKED = 1.05
 N_BATCHES = 4  # distinct fixed batches, cycled
-
-
-@contextlib.contextmanager
-def session_env(env: dict[str, str]) -> Any:
-    """Sets ``env`` while a session starts and runs; the variables are restored after."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -183,7 +168,7 @@ def run_round(variant: str, trainer: Trainer, args: argparse.Namespace, tmp: Pat
 
     if variant in TRACKED:
         path = tmp / f"{variant}-round{rnd}.rstrace"
-        with session_env(SESSION_ENV.get(variant, {})), \
+        with mock.patch.dict(os.environ, SESSION_ENV.get(variant, {})), \
                 rs.track(model=trainer.model, optimizer=trainer.optimizer, out=path,
                          **TRACKED[variant]) as session:
             for _ in range(args.warmup):

@@ -295,9 +295,8 @@ void Recorder::writer_loop() {
                          std::uint64_t{options_.flush_interval_ms} * 1000000u)) {
       hand_off_locked();
     }
-    while (!writer_paused_ && write_front_locked(lock)) {
+    while (!writer_paused_ && write_front_locked(lock)) {  // each write notifies its waiters
     }
-    written_.notify_all();
     // What is still queued (another thread is writing it, or the writer is paused) is close()'s.
     if (closing_ && current_records_ == 0) return;
   }
