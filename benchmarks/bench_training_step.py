@@ -4,10 +4,10 @@ The same CPU training step (TinyGPT from examples/models.py, AdamW, cross-entrop
 these variants:
 
   untracked         plain PyTorch
-  untracked_control plain PyTorch again, on a second model built from the same seed: its ratio
-                    over ``untracked`` is what the benchmark reads when nothing differs (the
-                    models' memory placement and the machine's noise), the floor under which
-                    no other ratio can be told from 1
+  untracked_control plain PyTorch again: its ratio over ``untracked`` is what the benchmark
+                    reads when nothing differs (the machine's noise; with ``--models separate``
+                    also the two models' memory placement), the floor under which no other
+                    ratio can be told from 1
   tracked           inside ``rs.track(model=..., optimizer=...)`` writing a trace to a temp file
                     (activations tagged by the saved-tensor hook, and each allocation's site:
                     the defaults)
@@ -33,8 +33,12 @@ same step on the model compiled with ``torch.compile(model)`` (Inductor's C++ ba
 Their ratios are against ``compiled`` (``compiled_tracked_over_compiled``). Each compiled
 variant compiles its model before the first round (untimed).
 
-Each variant has its own model and optimizer, built from the same seed, and trains on the same
-fixed batches. The variants run interleaved: every round runs a block of steps of each variant
+By default (``--models shared``) the variants train one and the same model and optimizer (one
+for the eager variants, one for the compiled ones) on the same fixed batches, so that a ratio
+compares the same step with and without tracking, the parameters, gradients and optimizer
+state in the same blocks; ``--models separate`` gives each variant its own model and optimizer
+built from the same seed, and the control then also reads how much two identical models differ
+by where their memory lies (up to a few per cent on 2 cores). The variants run interleaved: every round runs a block of steps of each variant
 in turn (the order rotates each round), so that machine noise falls on all of them alike. A
 round's block is ``--warmup`` untimed steps then ``--steps`` timed steps, all inside one
 tracking session (tracked) or one profiler context (profiler); the session or profiler starts
@@ -277,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clock", choices=("wall", "cpu", "thread"), default="wall",
                     help="wall: time.perf_counter; cpu: time.process_time (all threads' CPU time); "
                          "thread: time.thread_time (the training thread's)")
+    ap.add_argument("--models", choices=("shared", "separate"), default="shared",
+                    help="shared: every variant trains the same model and optimizer; separate: "
+                         "each its own, built from the same seed")
     ap.add_argument("--out", default=None, help="also write the JSON to this file")
     args = ap.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
@@ -291,7 +298,12 @@ def main(argv: list[str] | None = None) -> int:
     global CLOCK
     CLOCK = {"wall": time.perf_counter, "cpu": time.process_time, "thread": time.thread_time}[args.clock]
 
-    trainers = {v: Trainer(args, compiled=v.startswith("compiled")) for v in variants}
+    trainers: dict[str, Trainer] = {}
+    for v in variants:
+        compiled = v.startswith("compiled")
+        same = [t for u, t in trainers.items() if u.startswith("compiled") == compiled]
+        # --models shared: one eager and one compiled trainer for all the variants
+        trainers[v] = same[0] if same and args.models == "shared" else Trainer(args, compiled=compiled)
     times: dict[str, list[float]] = {v: [] for v in variants}
     round_medians: dict[str, list[float]] = {v: [] for v in variants}
     acc: dict[str, Any] = {"timed_events": 0, "timed_steps": 0, "dropped_events": 0,
@@ -355,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                    "parameters": sum(p.numel() for p in next(iter(trainers.values()))
                                      .model.parameters()),
                    "steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
-                   "variants": variants, "seed": args.seed},
+                   "variants": variants, "seed": args.seed, "models": args.models},
         "results": results,
         "ratios": ratios,
         "per_round_ratios": per_round,
