@@ -43,8 +43,9 @@ SESSION_THREADS = "session threads"
 VARIANTS = ("untracked", "default", "nosites", "lifetime", "nohost", "bare")
 
 
-def child(threads: int, blocks: int, variants: list[str], windows_path: str) -> None:
-    """The profiled process: alternating blocks of 3 untimed and 20 windowed steps a variant."""
+def child(threads: int, blocks: int, variants: list[str], windows_path: str, models: str) -> None:
+    """The profiled process: alternating blocks of 3 untimed and 20 windowed steps a variant;
+    ``models`` "shared": one model and optimizer for all of them, "separate": one each."""
     import torch
     torch.set_num_threads(threads)
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -62,7 +63,8 @@ def child(threads: int, blocks: int, variants: list[str], windows_path: str) -> 
                    "nohost": {"host_memory": False}}.get(v, {}))
         return rs.track(model=t.model, optimizer=t.optimizer, out=tmp / f"{v}.rstrace", **kw)
 
-    trainers = {v: pieces.Trainer(8) for v in variants}
+    shared = pieces.Trainer(8) if models == "shared" else None
+    trainers = {v: shared or pieces.Trainer(8) for v in variants}
     for v in variants:
         with context(v, trainers[v]):
             for _ in range(3):
@@ -137,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--by", choices=("dso", "symbol"), default="dso")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--frequency", type=int, default=4000, help="perf samples a second")
+    ap.add_argument("--models", choices=("shared", "separate"), default="shared",
+                    help="shared: every variant trains the same model and optimizer (as "
+                         "bench_training_step.py); separate: each its own, built from the same seed")
     ap.add_argument("--out", default=None)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -145,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
     if args.child:
-        child(args.threads, args.blocks, variants, args.child)
+        child(args.threads, args.blocks, variants, args.child, args.models)
         return 0
     if shutil.which("perf") is None:
         print("profile_step_variants.py needs `perf` on PATH (Debian: linux-perf)", file=sys.stderr)
@@ -154,11 +159,13 @@ def main(argv: list[str] | None = None) -> int:
         data, windows = os.path.join(d, "perf.data"), os.path.join(d, "windows.json")
         subprocess.run(["perf", "record", "-q", "-k", "mono", "-F", str(args.frequency), "-o", data, "--",
                         sys.executable, __file__, "--child", windows, "--threads", str(args.threads),
-                        "--blocks", str(args.blocks), "--variants", args.variants],
+                        "--blocks", str(args.blocks), "--variants", args.variants,
+                        "--models", args.models],
                        check=True, stdout=subprocess.DEVNULL)
         result = aggregate(data, json.loads(Path(windows).read_text()), args.by, args.frequency, args.top)
     out = {"schema_version": 1, "benchmark": "profile_step_variants", "date": time.strftime("%Y-%m-%d"),
-           "torch_threads": args.threads, "blocks": args.blocks, "by": args.by, **result}
+           "torch_threads": args.threads, "blocks": args.blocks, "by": args.by,
+           "models": args.models, **result}
     emit_json(out, args.out, indent=1)
     return 0
 

@@ -1,6 +1,7 @@
 #include "cpu_allocator_source.h"
 #include "module_context.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -31,6 +32,7 @@ Recorder* g_recorder = nullptr;
 SiteCapture* g_sites = nullptr;  // where allocations are made (may be null)
 std::uint32_t g_generation = 0;
 std::uint64_t g_live_bytes = 0;
+std::uint64_t g_live_high = 0;  // the most g_live_bytes since the last cpu_take_live_high()
 std::uint64_t g_serial = 0;  // the last Entry::serial given
 // Simulated device capacity in bytes (0: none). Atomic because allocate() reads it before
 // taking the lock, so that runs without a capacity pay one relaxed load and nothing more.
@@ -102,6 +104,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
       if (dp.compare_exchange_deleter(dp.get_deleter(), &tracked_delete)) {
         if (generation != 0) {
           g_live_bytes += n;
+          if (g_live_bytes > g_live_high) g_live_high = g_live_bytes;
           // Where it is being made: read on this thread (no GIL; site_capture.h), under this
           // source's lock, which session stop also takes, so the capture never outlives it.
           record_locked(EventKind::Alloc, ptr, n, g_sites != nullptr ? g_sites->capture() : 0);
@@ -174,6 +177,7 @@ bool install_cpu_allocator_source(Recorder* recorder, std::uint64_t capacity_byt
     g_sites = sites;
     ++g_generation;
     g_live_bytes = 0;
+    g_live_high = 0;
     g_capacity = capacity_bytes;
   }
   c10::Allocator* current = c10::GetCPUAllocator();
@@ -201,6 +205,7 @@ void uninstall_cpu_allocator_source() {
   g_recorder = nullptr;
   g_sites = nullptr;
   g_live_bytes = 0;
+  g_live_high = 0;
   g_capacity = 0;
 }
 
@@ -247,6 +252,13 @@ bool cpu_allocator_source_installed() {
 std::uint64_t cpu_live_bytes() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_live_bytes;
+}
+
+std::uint64_t cpu_take_live_high() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const std::uint64_t high = std::max(g_live_high, g_live_bytes);
+  g_live_high = g_live_bytes;
+  return high;
 }
 
 std::uint64_t cpu_block_serial(std::uint64_t addr) {

@@ -47,6 +47,9 @@ bool cpu_allocator_source_installed();
 // Bytes of CPU blocks live now by the source's own count (independent of the trace and of the
 // ledger that replays it).
 std::uint64_t cpu_live_bytes();
+// The most bytes live at once since the previous call (or since the session started), and the
+// start of a new interval: the host reading's budget never skips a new high (host_memory_source.h).
+std::uint64_t cpu_take_live_high();
 
 // A live block of this session that the tracking allocator handed out or adopted: the blocks
 // whose resident pages make PyTorch's layer of the host's resident set (host_memory_source.h).

@@ -110,9 +110,10 @@ std::uint64_t resident_part(const std::vector<std::pair<std::uint64_t, std::uint
 
 HostMemorySampler::HostMemorySampler(Recorder* recorder) : recorder_(recorder) {
   namespace k = host_sample;
-  const std::string_view keys[8] = {k::kTorchAllocated, k::kTorchResident, k::kMallocInUse, k::kMallocFree,
-                                    k::kRssAnon,        k::kRssFile,       k::kRssShmem,    k::kResident};
-  for (int i = 0; i < 8; ++i) ids_[i] = recorder->intern(keys[i]);
+  const std::string_view keys[9] = {k::kTorchAllocated, k::kTorchResident, k::kMallocInUse,
+                                    k::kMallocFree,      k::kRssAnon,        k::kRssFile,
+                                    k::kRssShmem,        k::kReadingsSkipped, k::kResident};
+  for (int i = 0; i < 9; ++i) ids_[i] = recorder->intern(keys[i]);
   mallinfo2_ = dlsym(RTLD_DEFAULT, "mallinfo2");
 }
 
@@ -161,9 +162,19 @@ ProcStatus HostMemorySampler::read_status() noexcept {
   return last_status_;
 }
 
-void HostMemorySampler::record_now(bool complete) noexcept {
+bool HostMemorySampler::record_now(bool complete) noexcept {
   try {
     std::lock_guard<std::mutex> lock(mutex_);
+    const std::uint64_t start = monotonic_now_ns();
+    if (first_reading_ns_ == 0) first_reading_ns_ = start;
+    const std::uint64_t high = cpu_take_live_high();
+    const bool new_high = high > live_high_;
+    if (new_high) live_high_ = high;
+    if (!complete && !new_high && reading_ns_ >= kReadingAllowanceNs &&
+        reading_ns_ * kReadingBudget > start - first_reading_ns_) {
+      ++skipped_;
+      return false;
+    }
     // Blocks wholly resident at an earlier reading are resident still (anonymous pages stay
     // until freed; a swapped-out page is the exception, not seen here): only the others are
     // asked, and the CPU source keeps the mark with the block.
@@ -184,7 +195,6 @@ void HostMemorySampler::record_now(bool complete) noexcept {
     mark_cpu_blocks_resident(full);
     Mallinfo2 m{};
     const std::uint64_t now = monotonic_now_ns();
-    if (first_reading_ns_ == 0) first_reading_ns_ = now;
     const bool with_malloc = mallinfo2_ != nullptr &&
                              (complete || malloc_ns_ < kMallocAllowanceNs ||
                               malloc_ns_ * kMallocBudget <= now - first_reading_ns_);
@@ -194,7 +204,10 @@ void HostMemorySampler::record_now(bool complete) noexcept {
     }
     // The resident set last, nearest to the moment the reading stands for.
     const ProcStatus status = read_status();
-    if (!status.ok) return;
+    if (!status.ok) {
+      reading_ns_ += monotonic_now_ns() - start;
+      return false;
+    }
     Event e;
     e.kind = EventKind::Sample;
     e.device = Device{DeviceType::CPU, -1};
@@ -214,9 +227,13 @@ void HostMemorySampler::record_now(bool complete) noexcept {
       record(5, status.file);
       record(6, status.shmem);
     }
-    record(7, status.resident);  // last: completes the reading
+    if (skipped_ != 0) record(7, skipped_);
+    skipped_ = 0;
+    record(8, status.resident);  // last: completes the reading
+    reading_ns_ += monotonic_now_ns() - start;
+    return true;
   } catch (...) {
-    // out of memory copying the block list: no reading this time
+    return false;  // out of memory copying the block list: no reading this time
   }
 }
 

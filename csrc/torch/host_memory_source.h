@@ -24,6 +24,16 @@
 // since the first reading, and always at a complete reading (record_now(true): tracking's start
 // and end). A reading without it writes no host_malloc_* samples, and the analysis
 // carries the last figures forward, saying when they were read (HostSample::malloc_time_ns).
+// The readings themselves are taken under a time budget too. A phase end (record_now(false))
+// is read while the readings have cost less than kReadingAllowanceNs in all (a short run has
+// every phase end read), then only while they have taken at most 1/kReadingBudget of the time
+// since the first reading, and always when torch's live CPU bytes reached a new high since the
+// previous phase end (cpu_take_live_high(): higher than in any interval before), so that the
+// reading just after the run's peak is always there. A skipped phase end writes nothing; the
+// next reading says how many were skipped (host_sample::kReadingsSkipped). Why: most of a
+// reading's cost is its system calls, slow on the training thread right after the step's
+// compute (10-40 us each, docs/performance.md), so four readings a step cost ~1 % of a 20 ms
+// CPU step; a GPU step of 100 ms or more is read at every phase end.
 // Not a hot path: it runs at the end of every phase, on the thread that ends it.
 // Thread-safety: record_now() from any thread; one reading at a time.
 #pragma once
@@ -54,20 +64,28 @@ class HostMemorySampler {
   ~HostMemorySampler();
   HostMemorySampler(const HostMemorySampler&) = delete;
   HostMemorySampler& operator=(const HostMemorySampler&) = delete;
-  // One reading; `complete`: glibc's counters whatever the budget (tracking's start and end).
-  void record_now(bool complete = false) noexcept;
-  // mallinfo2's share of the session's time is kept at or below 1/kMallocBudget (0.25 %) once
+  // One reading; `complete`: a reading and glibc's counters whatever the budgets (tracking's
+  // start and end). Returns whether a reading was written.
+  bool record_now(bool complete = false) noexcept;
+  // The readings' share of the session's time is kept at or below 1/kReadingBudget (0.1 %)
+  // once they have cost kReadingAllowanceNs (2 ms), new highs of the live bytes aside.
+  static constexpr std::uint64_t kReadingBudget = 1000;
+  static constexpr std::uint64_t kReadingAllowanceNs = 2000000;
+  // mallinfo2's share of the session's time is kept at or below 1/kMallocBudget (0.1 %) once
   // it has cost kMallocAllowanceNs (1 ms).
-  static constexpr std::uint64_t kMallocBudget = 400;
+  static constexpr std::uint64_t kMallocBudget = 1000;
   static constexpr std::uint64_t kMallocAllowanceNs = 1000000;
 
  private:
   Recorder* recorder_;
   std::mutex mutex_;  // leaf lock (then the CPU source's, then the Recorder's)
-  std::uint32_t ids_[8] = {};
+  std::uint32_t ids_[9] = {};
   void* mallinfo2_ = nullptr;  // glibc's mallinfo2, when present
   std::uint64_t first_reading_ns_ = 0;  // steady-clock ns of the first reading (0: none yet)
   std::uint64_t malloc_ns_ = 0;         // ns spent in mallinfo2 since then
+  std::uint64_t reading_ns_ = 0;        // ns spent in readings since then (mallinfo2 included)
+  std::uint64_t skipped_ = 0;           // phase ends left unread since the last reading
+  std::uint64_t live_high_ = 0;         // the highest live bytes of any interval so far
   std::vector<unsigned char> pages_;  // mincore's buffer
   // Scratch lists of the reading (kept to reuse their memory).
   std::vector<CpuBlock> unmeasured_;

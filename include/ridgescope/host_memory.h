@@ -3,8 +3,9 @@
 // allocator keeps free, and everything else, with everything else itemised and its remainder
 // named.
 //
-// The readings (HostReading) are taken when tracking starts, at every phase end and when it
-// stops, by the session
+// The readings (HostReading) are taken when tracking starts, at phase ends (all of them while
+// the readings cost little, then under a time budget that never skips a new high of torch's
+// live CPU bytes: csrc/torch/host_memory_source.h) and when it stops, by the session
 // (csrc/torch/host_memory_source.cpp) and written as CPU `sample` events under the keys below;
 // the analysis decomposes each reading with decompose_host_memory(). Every figure but the
 // remainder is measured:
@@ -48,6 +49,9 @@ inline constexpr std::string_view kMallocFree = "host_malloc_free_bytes";       
 inline constexpr std::string_view kRssAnon = "host_rss_anon_bytes";
 inline constexpr std::string_view kRssFile = "host_rss_file_bytes";
 inline constexpr std::string_view kRssShmem = "host_rss_shmem_bytes";
+// Phase ends the source's time budget left unread since the reading before this one (written
+// only when not zero, before the resident set).
+inline constexpr std::string_view kReadingsSkipped = "host_readings_skipped";
 inline constexpr std::string_view kResident = "host_resident_bytes";  // VmRSS; completes a reading
 }  // namespace host_sample
 

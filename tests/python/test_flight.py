@@ -104,7 +104,9 @@ def test_the_summaries_of_every_step_equal_those_of_the_full_trace(full_and_boun
     assert bounded["at_a_glance"]["keep_steps"] == 10 and full["at_a_glance"]["keep_steps"] is None
     assert full["at_a_glance"]["steps"] >= STEPS
     assert glance_rows(bounded) == glance_rows(full)
-    assert bounded_path.stat().st_size * 10 < full_path.stat().st_size
+    # and the bounded trace is several times smaller: it grows by a step's summary (~200 B) where
+    # the full one grows by the step's events (~2.5 KB here, host readings included)
+    assert bounded_path.stat().st_size * 8 < full_path.stat().st_size
 
 
 def test_the_highest_peak_far_from_the_end_is_kept_and_analysed_as_in_the_full_trace(full_and_bounded) -> None:

@@ -9,6 +9,10 @@ void HostLedgerBuilder::on_sample(std::string_view key, std::uint64_t value, std
                                   std::uint64_t step, const std::string& phase) {
   namespace k = host_sample;
   if (key.substr(0, 5) != "host_") return;
+  if (key == k::kReadingsSkipped) {
+    report_.readings_skipped += value;
+    return;
+  }
   if (key == k::kTorchAllocated) pending_.torch_allocated = value;
   else if (key == k::kTorchResident) pending_.torch_resident = value;
   else if (key == k::kMallocInUse) pending_.malloc_in_use = value;

@@ -48,7 +48,8 @@ void write_memory_layers(JsonWriter& w, const Report& r) {
   } else {
     const HostMemoryReport& h = *r.host_memory;
     w.begin_object();
-    w.field("samples", h.samples).field("rows_dropped", h.rows_dropped);
+    w.field("samples", h.samples).field("readings_skipped", h.readings_skipped);
+    w.field("rows_dropped", h.rows_dropped);
     w.key("rows").begin_array();
     for (const HostSample& s : h.rows) write_host_row(w, s);
     w.end_array();

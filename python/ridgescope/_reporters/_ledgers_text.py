@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _C
 from .._format import format_bytes
 
 
@@ -103,6 +104,12 @@ def host_memory_lines(d: dict[str, Any]) -> list[str]:
                    f"(Python's small objects, thread stacks, other mappings)")
         if r.get("malloc_misses_torch"):
             out.append("  glibc's counters do not cover torch's blocks: another malloc serves this process")
+    skipped = h.get("readings_skipped", 0)
+    if skipped:
+        ends = max(h["samples"] - 2, 0)  # the readings at tracking's start and stop aside
+        out.append(f"  Read at {ends:,} of {ends + skipped:,} phase ends (and when tracking started and "
+                   f"stopped): the readings are kept under {_C.HOST_READING_SHARE:.2%} of the run's time, "
+                   f"and every new high of torch's live CPU bytes is read.")
     return out + [""]
 
 

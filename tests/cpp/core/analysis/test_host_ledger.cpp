@@ -19,12 +19,14 @@ namespace {
 constexpr std::uint64_t MiB = 1024 * 1024;
 
 // One reading as host_memory_source writes it (CPU samples, the resident set last); without
-// glibc's counters when `malloc_in_use` is 0.
+// glibc's counters when `malloc_in_use` is 0; `skipped`: the phase ends its time budget left
+// unread since the reading before.
 void reading(TraceBuilder& t, std::uint64_t torch_bytes, std::uint64_t malloc_in_use, std::uint64_t malloc_free,
-             std::uint64_t anon) {
+             std::uint64_t anon, std::uint64_t skipped = 0) {
   t.sample("host_torch_allocated_bytes", torch_bytes).sample("host_torch_resident_bytes", torch_bytes);
   if (malloc_in_use != 0) t.sample("host_malloc_in_use_bytes", malloc_in_use).sample("host_malloc_free_bytes", malloc_free);
   t.sample("host_rss_anon_bytes", anon).sample("host_rss_file_bytes", 100 * MiB).sample("host_rss_shmem_bytes", 0);
+  if (skipped != 0) t.sample("host_readings_skipped", skipped);
   t.sample("host_resident_bytes", anon + 100 * MiB);
 }
 }  // namespace
@@ -93,6 +95,43 @@ SCENARIO("a reading without glibc's counters carries the last ones forward, and 
       CHECK_FALSE(r.host_memory->rows[0].layers.malloc_known);
       CHECK(r.host_memory->rows[0].malloc_time_ns == 0);
       CHECK(r.host_memory->rows[0].layers.slack == 0);
+    }
+  }
+}
+
+SCENARIO("the phase ends the source's time budget left unread are counted, and the readings stay exact",
+         "[core][analysis][host]") {
+  GIVEN("a trace of three readings, the second after 3 skipped phase ends and the third after 4") {
+    TempPath path;
+    {
+      TraceBuilder t(path.str());
+      t.at(1000);
+      reading(t, 8 * MiB, 40 * MiB, 6 * MiB, 300 * MiB);
+      t.at(2000).begin("forward").alloc(0x1000, 16 * MiB);
+      t.at(3000);
+      reading(t, 24 * MiB, 56 * MiB, 6 * MiB, 316 * MiB, 3);
+      t.end("forward").step(0);
+      t.at(4000);
+      reading(t, 24 * MiB, 56 * MiB, 6 * MiB, 316 * MiB, 4);
+      t.close();
+    }
+    WHEN("it is analysed") {
+      const Report r = analyze_trace(path.str());
+      REQUIRE(r.host_memory);
+      THEN("the readings are the three taken, and the skipped phase ends are their sum") {
+        CHECK(r.host_memory->samples == 3);
+        CHECK(r.host_memory->rows.size() == 3);
+        CHECK(r.host_memory->readings_skipped == 7);
+        CHECK(r.host_memory->rows[1].layers.pytorch == 24 * MiB);
+        CHECK(r.host_memory->rows[1].layers.other_heap == 32 * MiB);
+      }
+      THEN("the JSON says so") {
+        std::string error;
+        const auto json = detail::parse_json(r.to_json(), &error);
+        REQUIRE(json);
+        CHECK(json->get("host_memory")->get_uint("readings_skipped") == 7);
+        CHECK(json->get("host_memory")->get_uint("samples") == 3);
+      }
     }
   }
 }
