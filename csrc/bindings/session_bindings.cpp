@@ -56,20 +56,62 @@ PyObject* unpack_saved(PyObject*, PyObject* packed) {
 PyMethodDef kPackSaved = {"pack_saved", pack_saved, METH_O, "ridgescope's saved-tensor pack hook"};
 PyMethodDef kUnpackSaved = {"unpack_saved", unpack_saved, METH_O, "the identity: ridgescope's unpack hook"};
 
+// The module hooks' calls into the session, for the same reason: the Python module hooks run
+// for every module call and call one of these each (docs/performance.md).
+// enter_module(activation_label, context): two non-negative ints (string ids).
+PyObject* enter_module_fast(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) {
+  auto* session = static_cast<TrackingSession*>(PyCapsule_GetPointer(capsule, kSessionCapsule));
+  if (session == nullptr) return nullptr;
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "enter_module(activation_label, context) takes two ints");
+    return nullptr;
+  }
+  const unsigned long label = PyLong_AsUnsignedLong(args[0]);
+  if (label == static_cast<unsigned long>(-1) && PyErr_Occurred()) return nullptr;
+  const unsigned long context = PyLong_AsUnsignedLong(args[1]);
+  if (context == static_cast<unsigned long>(-1) && PyErr_Occurred()) return nullptr;
+  session->enter_module(static_cast<std::uint32_t>(label), static_cast<std::uint32_t>(context));
+  Py_RETURN_NONE;
+}
+
+PyObject* exit_module_fast(PyObject* capsule, PyObject*) {
+  auto* session = static_cast<TrackingSession*>(PyCapsule_GetPointer(capsule, kSessionCapsule));
+  if (session == nullptr) return nullptr;
+  session->exit_module();
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kEnterModule = {"enter_module", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(enter_module_fast)),
+                            METH_FASTCALL, "enter_module(activation_label, context): a module call begins"};
+PyMethodDef kExitModule = {"exit_module", exit_module_fast, METH_NOARGS, "the innermost module call ended"};
+
 void release_session(PyObject* capsule) {
   Py_XDECREF(static_cast<PyObject*>(PyCapsule_GetContext(capsule)));
 }
 
-py::tuple saved_tensor_hooks(py::object session) {
+// A capsule holding the session (and a reference to its Python object, released with it).
+py::object session_capsule(py::object session) {
   TrackingSession& s = session.cast<TrackingSession&>();
   PyObject* capsule = PyCapsule_New(&s, kSessionCapsule, release_session);
   if (capsule == nullptr) throw py::error_already_set();
   PyCapsule_SetContext(capsule, session.inc_ref().ptr());
-  py::object self = py::reinterpret_steal<py::object>(capsule);
+  return py::reinterpret_steal<py::object>(capsule);
+}
+
+py::tuple saved_tensor_hooks(py::object session) {
+  py::object self = session_capsule(session);
   py::object pack = py::reinterpret_steal<py::object>(PyCFunction_New(&kPackSaved, self.ptr()));
   py::object unpack = py::reinterpret_steal<py::object>(PyCFunction_New(&kUnpackSaved, nullptr));
   if (!pack || !unpack) throw py::error_already_set();
   return py::make_tuple(pack, unpack);
+}
+
+py::tuple module_calls(py::object session) {
+  py::object self = session_capsule(session);
+  py::object enter = py::reinterpret_steal<py::object>(PyCFunction_New(&kEnterModule, self.ptr()));
+  py::object exit = py::reinterpret_steal<py::object>(PyCFunction_New(&kExitModule, self.ptr()));
+  if (!enter || !exit) throw py::error_already_set();
+  return py::make_tuple(enter, exit);
 }
 
 }  // namespace
@@ -169,6 +211,8 @@ void ridgescope_bindings::bind_session(py::module_& m) {
            [](TrackingSession& s, const at::Tensor& t) { return s.on_saved_tensor(t); })
       .def("saved_tensor_hooks", &saved_tensor_hooks,
            "(pack, unpack): the saved-tensor hooks as plain C functions (pack tags activations)")
+      .def("module_calls", &module_calls,
+           "(enter_module, exit_module) as plain C functions, for the module hooks")
       .def("watch_parameters", &TrackingSession::watch_parameters)
       .def("tag_gradients", &TrackingSession::tag_gradients)
       .def("enter_module", &TrackingSession::enter_module, py::arg("activation_label"),

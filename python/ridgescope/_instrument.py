@@ -46,6 +46,11 @@ class Instrumentation(Tagging):
                  optimizer: torch.optim.Optimizer | None, activations: bool = True,
                  other_models: bool = True) -> None:
         self._native = native
+        # The session's module calls as plain C functions where it has them (a pybind11 call
+        # costs more than the work; the dry run's stand-in native of rs.estimate has methods).
+        module_calls = getattr(native, "module_calls", None)
+        self._enter_module, self._exit_module = (module_calls() if module_calls is not None
+                                                 else (native.enter_module, native.exit_module))
         model = _compile.unwrap_module(model)  # torch.compile(model): the model it compiled
         self._model = model
         self._optimizer = optimizer
@@ -210,7 +215,7 @@ class Instrumentation(Tagging):
             if calls:  # a module inside another one on this thread: the common, cheap case
                 calls.append(None)
                 info = self._module_labels.get(id(module)) or self._module_info(module)
-                self._native.enter_module(info[0], info[3])
+                self._enter_module(info[0], info[3])
                 return
             self._on_module_pre(module, args, {})
         except Exception as exc:  # an internal error must never reach the training loop
@@ -223,7 +228,7 @@ class Instrumentation(Tagging):
             calls = self._local.calls
             if len(calls) > 1 and calls[-1] is None and not self._recomputing:
                 calls.pop()  # the common case again: nothing opened, nothing to tag
-                self._native.exit_module()
+                self._exit_module()
                 return
             self._on_module_post(module, args, {}, output)
         except Exception as exc:
@@ -259,7 +264,7 @@ class Instrumentation(Tagging):
                         self._native.tag(t, "input", label, True)
         calls.append(opened)
         info = self._module_info(module)
-        self._native.enter_module(info[0], info[3])
+        self._enter_module(info[0], info[3])
 
     def _wraps_root(self, module: torch.nn.Module) -> bool:
         """Whether an outermost module holds the tracked model (DDP, FSDP or any wrapper around
@@ -280,7 +285,7 @@ class Instrumentation(Tagging):
 
     def _on_module_post(self, module: torch.nn.Module, args: tuple, kwargs: dict,
                         output: Any) -> None:
-        self._native.exit_module()
+        self._exit_module()
         calls = self._depth()
         opened = calls.pop() if calls else None
         if self._recomputing and output is not None:
