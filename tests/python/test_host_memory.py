@@ -218,12 +218,13 @@ def test_the_text_report_shows_the_three_layers(tmp_path):
 
 
 def tiny_phases(folder, phases: int, spike_at: int | None = None) -> dict:
-    """Given a heap with many free chunks (mallinfo2 walks each one) and a session of `phases`
+    """Given a heap with many free chunks (mallinfo2 walks each one, so that its own budget binds
+    before the readings' whatever the machine's load) and a session of `phases`
     phases a few microseconds long, far more readings than their time budget can pay for; in
     phase `spike_at` (named "spike") a 16 MiB tensor made and freed: a new high of torch's live
     CPU bytes. Returns the report's host_memory and its summary text."""
-    held = [bytearray(700) for _ in range(20000)]
-    del held[::2]  # 10,000 free chunks between live ones
+    held = [bytearray(700) for _ in range(80000)]
+    del held[::2]  # 40,000 free chunks between live ones: mallinfo2 ~140 us, most of a reading
     with rs.track(out=f"{folder}/run.rstrace") as session:
         for i in range(phases):
             with rs.phase("spike" if i == spike_at else "tiny"):
