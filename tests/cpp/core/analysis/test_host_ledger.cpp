@@ -29,22 +29,33 @@ void reading(TraceBuilder& t, std::uint64_t torch_bytes, std::uint64_t malloc_in
   if (skipped != 0) t.sample("host_readings_skipped", skipped);
   t.sample("host_resident_bytes", anon + 100 * MiB);
 }
+
+// A start reading with glibc's counters (8 MiB of torch's, 40 MiB in use, 6 MiB free), a forward
+// that allocates 16 MiB and the reading at its end (with `end_malloc_in_use`, 0: none; after
+// `end_skipped` phase ends left unread); when `last_skipped` is not 0, one more reading after
+// the step, after that many.
+void forward_trace(const std::string& path, std::uint64_t end_malloc_in_use, std::uint64_t end_skipped = 0,
+                   std::uint64_t last_skipped = 0) {
+  TraceBuilder t(path);
+  t.at(1000);
+  reading(t, 8 * MiB, 40 * MiB, 6 * MiB, 300 * MiB);
+  t.at(2000).begin("forward").alloc(0x1000, 16 * MiB);
+  t.at(3000);
+  reading(t, 24 * MiB, end_malloc_in_use, end_malloc_in_use != 0 ? 6 * MiB : 0, 316 * MiB, end_skipped);
+  t.end("forward").step(0);
+  if (last_skipped != 0) {
+    t.at(4000);
+    reading(t, 24 * MiB, end_malloc_in_use, 6 * MiB, 316 * MiB, last_skipped);
+  }
+  t.close();
+}
 }  // namespace
 
 SCENARIO("a reading without glibc's counters carries the last ones forward, and says when they were read",
          "[core][analysis][host]") {
   GIVEN("a trace whose start reading has glibc's counters, and whose forward's end reading has none") {
     TempPath path;
-    {
-      TraceBuilder t(path.str());
-      t.at(1000);
-      reading(t, 8 * MiB, 40 * MiB, 6 * MiB, 300 * MiB);
-      t.at(2000).begin("forward").alloc(0x1000, 16 * MiB);
-      t.at(3000);
-      reading(t, 24 * MiB, 0, 0, 316 * MiB);
-      t.end("forward").step(0);
-      t.close();
-    }
+    forward_trace(path.str(), 0);
     WHEN("it is analysed") {
       const Report r = analyze_trace(path.str());
       REQUIRE(r.host_memory);
@@ -103,18 +114,7 @@ SCENARIO("the phase ends the source's time budget left unread are counted, and t
          "[core][analysis][host]") {
   GIVEN("a trace of three readings, the second after 3 skipped phase ends and the third after 4") {
     TempPath path;
-    {
-      TraceBuilder t(path.str());
-      t.at(1000);
-      reading(t, 8 * MiB, 40 * MiB, 6 * MiB, 300 * MiB);
-      t.at(2000).begin("forward").alloc(0x1000, 16 * MiB);
-      t.at(3000);
-      reading(t, 24 * MiB, 56 * MiB, 6 * MiB, 316 * MiB, 3);
-      t.end("forward").step(0);
-      t.at(4000);
-      reading(t, 24 * MiB, 56 * MiB, 6 * MiB, 316 * MiB, 4);
-      t.close();
-    }
+    forward_trace(path.str(), 56 * MiB, 3, 4);
     WHEN("it is analysed") {
       const Report r = analyze_trace(path.str());
       REQUIRE(r.host_memory);
