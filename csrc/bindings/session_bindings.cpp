@@ -123,9 +123,6 @@ void ridgescope_bindings::bind_session(py::module_& m) {
     stack_modes.append(ridgescope::sources::stack_mode_name(mode));
   }
   m.attr("STACK_MODES") = py::tuple(stack_modes);  // rs.track(stacks=...), the default first
-  // The largest share of a session's time its host readings take once past their allowance
-  // (host_memory_source.h): the text report says it beside the readings it skipped.
-  m.attr("HOST_READING_SHARE") = 1.0 / static_cast<double>(ridgescope::sources::HostMemorySampler::kReadingBudget);
 
   m.def("_cpu_allocator_installed", &ridgescope::sources::cpu_allocator_source_installed,
         "Whether ridgescope's tracking CPU allocator is registered now (for tests).");

@@ -198,14 +198,16 @@ bool HostMemorySampler::record_now(bool complete) noexcept {
     const bool with_malloc = mallinfo2_ != nullptr &&
                              (complete || malloc_ns_ < kMallocAllowanceNs ||
                               malloc_ns_ * kMallocBudget <= now - first_reading_ns_);
+    std::uint64_t malloc_spent = 0;  // counted in mallinfo2's budget, not the reading's
     if (with_malloc) {
       m = reinterpret_cast<Mallinfo2Fn>(mallinfo2_)();
-      malloc_ns_ += monotonic_now_ns() - now;
+      malloc_spent = monotonic_now_ns() - now;
+      malloc_ns_ += malloc_spent;
     }
     // The resident set last, nearest to the moment the reading stands for.
     const ProcStatus status = read_status();
     if (!status.ok) {
-      reading_ns_ += monotonic_now_ns() - start;
+      reading_ns_ += monotonic_now_ns() - start - malloc_spent;
       return false;
     }
     Event e;
@@ -230,7 +232,7 @@ bool HostMemorySampler::record_now(bool complete) noexcept {
     if (skipped_ != 0) record(7, skipped_);
     skipped_ = 0;
     record(8, status.resident);  // last: completes the reading
-    reading_ns_ += monotonic_now_ns() - start;
+    reading_ns_ += monotonic_now_ns() - start - malloc_spent;
     return true;
   } catch (...) {
     return false;  // out of memory copying the block list: no reading this time

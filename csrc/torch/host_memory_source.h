@@ -24,7 +24,8 @@
 // since the first reading, and always at a complete reading (record_now(true): tracking's start
 // and end). A reading without it writes no host_malloc_* samples, and the analysis
 // carries the last figures forward, saying when they were read (HostSample::malloc_time_ns).
-// The readings themselves are taken under a time budget too. A phase end (record_now(false))
+// The readings themselves are taken under a time budget too, of their own (mallinfo2's time is
+// in its budget, not this one). A phase end (record_now(false))
 // is read while the readings have cost less than kReadingAllowanceNs in all (a short run has
 // every phase end read), then only while they have taken at most 1/kReadingBudget of the time
 // since the first reading, and always when torch's live CPU bytes reached a new high since the
@@ -67,14 +68,15 @@ class HostMemorySampler {
   // One reading; `complete`: a reading and glibc's counters whatever the budgets (tracking's
   // start and end). Returns whether a reading was written.
   bool record_now(bool complete = false) noexcept;
-  // The readings' share of the session's time is kept at or below 1/kReadingBudget (0.1 %)
-  // once they have cost kReadingAllowanceNs (2 ms), new highs of the live bytes aside.
-  static constexpr std::uint64_t kReadingBudget = 1000;
-  static constexpr std::uint64_t kReadingAllowanceNs = 2000000;
-  // mallinfo2's share of the session's time is kept at or below 1/kMallocBudget (0.1 %) once
+  // The readings' share of the session's time (mallinfo2's aside) is kept at or below
+  // 1/kReadingBudget (0.1 %) once they have cost kReadingAllowanceNs (2 ms), new highs of the
+  // live bytes aside.
+  static constexpr std::uint64_t kReadingBudget = host_budget::kReadingBudget;
+  static constexpr std::uint64_t kReadingAllowanceNs = host_budget::kReadingAllowanceNs;
+  // mallinfo2's share of the session's time is kept at or below 1/kMallocBudget (0.05 %) once
   // it has cost kMallocAllowanceNs (1 ms).
-  static constexpr std::uint64_t kMallocBudget = 1000;
-  static constexpr std::uint64_t kMallocAllowanceNs = 1000000;
+  static constexpr std::uint64_t kMallocBudget = host_budget::kMallocBudget;
+  static constexpr std::uint64_t kMallocAllowanceNs = host_budget::kMallocAllowanceNs;
 
  private:
   Recorder* recorder_;
@@ -83,7 +85,7 @@ class HostMemorySampler {
   void* mallinfo2_ = nullptr;  // glibc's mallinfo2, when present
   std::uint64_t first_reading_ns_ = 0;  // steady-clock ns of the first reading (0: none yet)
   std::uint64_t malloc_ns_ = 0;         // ns spent in mallinfo2 since then
-  std::uint64_t reading_ns_ = 0;        // ns spent in readings since then (mallinfo2 included)
+  std::uint64_t reading_ns_ = 0;        // ns spent in readings since then, mallinfo2's aside
   std::uint64_t skipped_ = 0;           // phase ends left unread since the last reading
   std::uint64_t live_high_ = 0;         // the highest live bytes of any interval so far
   std::vector<unsigned char> pages_;  // mincore's buffer

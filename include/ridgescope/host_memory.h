@@ -55,6 +55,20 @@ inline constexpr std::string_view kReadingsSkipped = "host_readings_skipped";
 inline constexpr std::string_view kResident = "host_resident_bytes";  // VmRSS; completes a reading
 }  // namespace host_sample
 
+// The source's time budgets (csrc/torch/host_memory_source.h), carried in the report
+// (host_memory.reading_share, ...) so that every reporter says the same. Two budgets, each on
+// its own part of a reading: a phase end is read while the readings (glibc's counters aside)
+// have cost under kReadingAllowanceNs in all, then only while they take at most
+// 1/kReadingBudget of the session's time (a new high of torch's live CPU bytes is read whatever
+// the budget); glibc's counters, within a reading, after kMallocAllowanceNs only while they
+// take at most 1/kMallocBudget of it. Together at most 0.15 % of the session's time.
+namespace host_budget {
+inline constexpr std::uint64_t kReadingBudget = 1000;          // 0.1 %
+inline constexpr std::uint64_t kReadingAllowanceNs = 2000000;  // 2 ms
+inline constexpr std::uint64_t kMallocBudget = 2000;           // 0.05 %
+inline constexpr std::uint64_t kMallocAllowanceNs = 1000000;   // 1 ms
+}  // namespace host_budget
+
 // What /proc/self/status says (bytes). ok is false when VmRSS was not found.
 struct ProcStatus {
   bool ok = false;

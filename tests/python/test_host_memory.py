@@ -219,8 +219,9 @@ def test_the_text_report_shows_the_three_layers(tmp_path):
 
 def tiny_phases(folder, phases: int, spike_at: int | None = None) -> dict:
     """Given a heap with many free chunks (mallinfo2 walks each one, so that its own budget binds
-    before the readings' whatever the machine's load) and a session of `phases`
-    phases a few microseconds long, far more readings than their time budget can pay for; in
+    at once) and a session of `phases` phases a few microseconds long, far more readings than
+    their time budget can pay for (each costs at least the 1-2 us of a /proc/self/statm read: 5,000
+    of them more than the 2 ms allowance); in
     phase `spike_at` (named "spike") a 16 MiB tensor made and freed: a new high of torch's live
     CPU bytes. Returns the report's host_memory and its summary text."""
     held = [bytearray(700) for _ in range(80000)]
@@ -238,28 +239,28 @@ def tiny_phases(folder, phases: int, spike_at: int | None = None) -> dict:
 
 @linux
 def test_phase_ends_are_read_under_a_time_budget_that_never_skips_a_new_high(tmp_path):
-    h = call(tiny_phases, str(tmp_path), 600, 500)
-    rows = h["host_memory"]["rows"]
-    # then every phase end is read or counted as skipped, with the readings when tracking
-    # starts and stops always there,
-    assert len(rows) == h["host_memory"]["samples"]
-    assert len(rows) + h["host_memory"]["readings_skipped"] == 602
-    assert h["host_memory"]["readings_skipped"] > 0
-    assert rows[0]["phase"] == rows[-1]["phase"] == "idle" and len(rows) >= 3
+    h = call(tiny_phases, str(tmp_path), 5000, 4000)
+    host = h["host_memory"]
+    # then every phase end is read or counted as skipped, with the reading when tracking starts
+    # always there (the report lists the first 1,000 readings),
+    assert host["samples"] + host["readings_skipped"] == 5002
+    assert host["readings_skipped"] > 0
+    assert host["rows"][0]["phase"] == "idle" and host["samples"] >= 3
+    assert len(host["rows"]) == min(host["samples"], 1000)
     # the phase that reached a new high of torch's live CPU bytes is read though the budget is
     # spent, and it is the reading shown for the report's peak,
-    spike = end_of(rows, "spike")
-    assert h["host_memory"]["at_peak"] == spike
+    assert host["at_peak"]["phase"] == "spike"
     # and the text report says how many phase ends were read, and why not all.
-    ends = len(rows) - 2
-    assert f"Read at {ends:,} of 600 phase ends" in h["summary"]
-    assert f"under {_C.HOST_READING_SHARE:.2%} of the run's time" in h["summary"]
+    ends = host["samples"] - 2
+    assert f"Read at {ends:,} of 5,000 phase ends" in h["summary"]
+    assert h["host_memory"]["reading_share"] == 0.001
+    assert "under 0.10% of the run's time" in h["summary"]
 
 
 @linux
 def test_glibc_counters_are_read_under_a_time_budget_and_carried_between(tmp_path):
     # Given the same session (mallinfo2's budget binds before the readings' own),
-    h = call(tiny_phases, str(tmp_path), 600)
+    h = call(tiny_phases, str(tmp_path), 5000)
     rows = h["host_memory"]["rows"]
     times = {r["time_ns"] for r in rows}
     own = [r for r in rows if r["malloc_time_ns"] == r["time_ns"]]

@@ -3,6 +3,7 @@
 #include "memory_layers_json.h"
 
 #include "ridgescope/external_alloc.h"
+#include "ridgescope/host_memory.h"
 
 namespace ridgescope::detail {
 namespace {
@@ -50,6 +51,11 @@ void write_memory_layers(JsonWriter& w, const Report& r) {
     w.begin_object();
     w.field("samples", h.samples).field("readings_skipped", h.readings_skipped);
     w.field("rows_dropped", h.rows_dropped);
+    // The source's budgets (ridgescope/host_memory.h), for the reporters' sentences.
+    w.field("reading_share", 1.0 / static_cast<double>(host_budget::kReadingBudget));
+    w.field("reading_allowance_ns", host_budget::kReadingAllowanceNs);
+    w.field("malloc_share", 1.0 / static_cast<double>(host_budget::kMallocBudget));
+    w.field("malloc_allowance_ns", host_budget::kMallocAllowanceNs);
     w.key("rows").begin_array();
     for (const HostSample& s : h.rows) write_host_row(w, s);
     w.end_array();

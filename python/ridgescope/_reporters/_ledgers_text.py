@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _C
 from .._format import format_bytes
 
 
@@ -108,7 +107,7 @@ def host_memory_lines(d: dict[str, Any]) -> list[str]:
     if skipped:
         ends = max(h["samples"] - 2, 0)  # the readings at tracking's start and stop aside
         out.append(f"  Read at {ends:,} of {ends + skipped:,} phase ends (and when tracking started and "
-                   f"stopped): the readings are kept under {_C.HOST_READING_SHARE:.2%} of the run's time, "
+                   f"stopped): the readings are kept under {h['reading_share']:.2%} of the run's time, "
                    f"and every new high of torch's live CPU bytes is read.")
     return out + [""]
 

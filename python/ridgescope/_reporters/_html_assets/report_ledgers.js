@@ -93,7 +93,14 @@
     if (carried) {
       div.appendChild(el('p', { 'class': 'rs-muted' }, carried + ' of ' + (h.rows || []).length + ' readings carry glibc\u2019s ' +
         'counters (the allocator slack, the other heap) from an earlier reading: they walk every free chunk, so they are ' +
-        'read under a time budget (after their first 1 ms, 0.25 % of the run).'));
+        'read under a time budget (after their first ' + (h.malloc_allowance_ns / 1e6) + ' ms, ' +
+        (100 * h.malloc_share) + ' % of the run).'));
+    }
+    if (h.readings_skipped) {
+      div.appendChild(el('p', { 'class': 'rs-muted' }, 'Read at ' + Math.max(h.samples - 2, 0) + ' of ' +
+        (Math.max(h.samples - 2, 0) + h.readings_skipped) + ' phase ends (and when tracking started and stopped): the ' +
+        'readings are kept under ' + (100 * h.reading_share) + ' % of the run\u2019s time, and every new high of ' +
+        'torch\u2019s live CPU bytes is read.'));
     }
     if ((h.rows || []).length > LEDGER_MAX_ROWS || h.rows_dropped) {
       div.appendChild(el('p', { 'class': 'rs-muted' }, 'The first ' + rows.length + ' of ' + h.samples + ' readings are listed.'));
