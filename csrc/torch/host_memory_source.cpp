@@ -162,7 +162,7 @@ ProcStatus HostMemorySampler::read_status() noexcept {
   return last_status_;
 }
 
-bool HostMemorySampler::record_now(bool complete) noexcept {
+void HostMemorySampler::record_now(bool complete) noexcept {
   try {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::uint64_t start = monotonic_now_ns();
@@ -170,10 +170,11 @@ bool HostMemorySampler::record_now(bool complete) noexcept {
     const std::uint64_t high = cpu_take_live_high();
     const bool new_high = high > live_high_;
     if (new_high) live_high_ = high;
-    if (!complete && !new_high && reading_ns_ >= kReadingAllowanceNs &&
-        reading_ns_ * kReadingBudget > start - first_reading_ns_) {
+    namespace b = host_budget;
+    if (!complete && !new_high &&
+        !b::within(reading_ns_, b::kReadingAllowanceNs, b::kReadingBudget, start - first_reading_ns_)) {
       ++skipped_;
-      return false;
+      return;
     }
     // Blocks wholly resident at an earlier reading are resident still (anonymous pages stay
     // until freed; a swapped-out page is the exception, not seen here): only the others are
@@ -196,8 +197,8 @@ bool HostMemorySampler::record_now(bool complete) noexcept {
     Mallinfo2 m{};
     const std::uint64_t now = monotonic_now_ns();
     const bool with_malloc = mallinfo2_ != nullptr &&
-                             (complete || malloc_ns_ < kMallocAllowanceNs ||
-                              malloc_ns_ * kMallocBudget <= now - first_reading_ns_);
+                             (complete || b::within(malloc_ns_, b::kMallocAllowanceNs, b::kMallocBudget,
+                                                    now - first_reading_ns_));
     std::uint64_t malloc_spent = 0;  // counted in mallinfo2's budget, not the reading's
     if (with_malloc) {
       m = reinterpret_cast<Mallinfo2Fn>(mallinfo2_)();
@@ -208,7 +209,7 @@ bool HostMemorySampler::record_now(bool complete) noexcept {
     const ProcStatus status = read_status();
     if (!status.ok) {
       reading_ns_ += monotonic_now_ns() - start - malloc_spent;
-      return false;
+      return;
     }
     Event e;
     e.kind = EventKind::Sample;
@@ -233,9 +234,8 @@ bool HostMemorySampler::record_now(bool complete) noexcept {
     skipped_ = 0;
     record(8, status.resident);  // last: completes the reading
     reading_ns_ += monotonic_now_ns() - start - malloc_spent;
-    return true;
   } catch (...) {
-    return false;  // out of memory copying the block list: no reading this time
+    // out of memory copying the block list: no reading this time
   }
 }
 

@@ -18,23 +18,25 @@
 // Cost (docs/performance.md): one read of /proc/self/statm (and of /proc/self/status when the
 // shared pages moved), one mincore per group of nearby torch blocks not known wholly resident (at
 // most 64 MiB of pages each), and mallinfo2, which walks every free chunk of glibc's arenas
-// (30-100 us on a training process's fragmented heap). mallinfo2 is therefore taken under a time
-// budget: at every reading until it has cost kMallocAllowanceNs in all (a short run's readings
-// are all exact), then at a reading only while it has taken at most 1/kMallocBudget of the time
-// since the first reading, and always at a complete reading (record_now(true): tracking's start
-// and end). A reading without it writes no host_malloc_* samples, and the analysis
-// carries the last figures forward, saying when they were read (HostSample::malloc_time_ns).
-// The readings themselves are taken under a time budget too, of their own (mallinfo2's time is
-// in its budget, not this one). A phase end (record_now(false))
-// is read while the readings have cost less than kReadingAllowanceNs in all (a short run has
-// every phase end read), then only while they have taken at most 1/kReadingBudget of the time
-// since the first reading, and always when torch's live CPU bytes reached a new high since the
-// previous phase end (cpu_take_live_high(): higher than in any interval before), so that the
-// reading just after the run's peak is always there. A skipped phase end writes nothing; the
-// next reading says how many were skipped (host_sample::kReadingsSkipped). Why: most of a
-// reading's cost is its system calls, slow on the training thread right after the step's
-// compute (10-40 us each, docs/performance.md), so four readings a step cost ~1 % of a 20 ms
-// CPU step; a GPU step of 100 ms or more is read at every phase end.
+// (30-100 us on a training process's fragmented heap). Both are taken under time budgets
+// (ridgescope/host_memory.h, host_budget; one rule, host_budget::within):
+//
+//   * mallinfo2 at every reading until it has cost its allowance (1 ms: a short run's readings
+//     are all exact), then only while it has taken at most 0.05 % of the time since the first
+//     reading, and always at a complete reading (record_now(true): tracking's start and end). A
+//     reading without it writes no host_malloc_* samples, and the analysis carries the last
+//     figures forward, saying when they were read (HostSample::malloc_time_ns);
+//   * a phase end (record_now(false)) while the readings, mallinfo2's time aside, have cost under
+//     their allowance (2 ms: a short run has every phase end read), then only while they have
+//     taken at most 0.1 % of the time since the first reading, and always when torch's live CPU
+//     bytes reached a new high since the previous phase end (cpu_take_live_high(): higher than in
+//     any interval before), so that the reading just after the run's peak is always there. A
+//     skipped phase end writes nothing; the next reading says how many were skipped
+//     (host_sample::kReadingsSkipped).
+//
+// Why: most of a reading's cost is its system calls, slow on the training thread right after
+// the step's compute (10-40 us each, docs/performance.md), so four readings a step cost ~1 % of
+// a 20 ms CPU step; a GPU step of 100 ms or more is read at every phase end.
 // Not a hot path: it runs at the end of every phase, on the thread that ends it.
 // Thread-safety: record_now() from any thread; one reading at a time.
 #pragma once
@@ -66,17 +68,8 @@ class HostMemorySampler {
   HostMemorySampler(const HostMemorySampler&) = delete;
   HostMemorySampler& operator=(const HostMemorySampler&) = delete;
   // One reading; `complete`: a reading and glibc's counters whatever the budgets (tracking's
-  // start and end). Returns whether a reading was written.
-  bool record_now(bool complete = false) noexcept;
-  // The readings' share of the session's time (mallinfo2's aside) is kept at or below
-  // 1/kReadingBudget (0.1 %) once they have cost kReadingAllowanceNs (2 ms), new highs of the
-  // live bytes aside.
-  static constexpr std::uint64_t kReadingBudget = host_budget::kReadingBudget;
-  static constexpr std::uint64_t kReadingAllowanceNs = host_budget::kReadingAllowanceNs;
-  // mallinfo2's share of the session's time is kept at or below 1/kMallocBudget (0.05 %) once
-  // it has cost kMallocAllowanceNs (1 ms).
-  static constexpr std::uint64_t kMallocBudget = host_budget::kMallocBudget;
-  static constexpr std::uint64_t kMallocAllowanceNs = host_budget::kMallocAllowanceNs;
+  // start and end). The budgets: ridgescope/host_memory.h, host_budget.
+  void record_now(bool complete = false) noexcept;
 
  private:
   Recorder* recorder_;

@@ -67,6 +67,14 @@ inline constexpr std::uint64_t kReadingBudget = 1000;          // 0.1 %
 inline constexpr std::uint64_t kReadingAllowanceNs = 2000000;  // 2 ms
 inline constexpr std::uint64_t kMallocBudget = 2000;           // 0.05 %
 inline constexpr std::uint64_t kMallocAllowanceNs = 1000000;   // 1 ms
+
+// The one rule of both budgets: whether a part that has cost `spent_ns` so far may run again,
+// `elapsed_ns` after the session's first reading: while under its allowance, then while it has
+// taken at most 1/`budget` of the elapsed time.
+constexpr bool within(std::uint64_t spent_ns, std::uint64_t allowance_ns, std::uint64_t budget,
+                      std::uint64_t elapsed_ns) noexcept {
+  return spent_ns < allowance_ns || spent_ns * budget <= elapsed_ns;
+}
 }  // namespace host_budget
 
 // What /proc/self/status says (bytes). ok is false when VmRSS was not found.

@@ -37,6 +37,7 @@ struct HostSample {
 
 struct HostMemoryReport {
   std::uint64_t samples = 0;            // readings in the trace
+  std::uint64_t phase_end_readings = 0; // readings taken inside a phase: at its end
   std::uint64_t readings_skipped = 0;   // phase ends the source's time budget did not read
   std::vector<HostSample> rows;         // the readings, in order (at most kMaxRows; see dropped)
   std::uint64_t rows_dropped = 0;       // readings past kMaxRows (the first ones are kept)

@@ -354,8 +354,7 @@ class CompileTracking:
                     if isinstance(t, torch.Tensor):
                         instr._native.tag(t, "input", label, True)
             call.versions = _versions(instr._params)
-        instr._native.enter_module(instr.label(f"activation saved in {fn.name}"),
-                                   instr.label(fn.name))
+        instr._enter_module(instr.label(f"activation saved in {fn.name}"), instr.label(fn.name))
         return call
 
     def _exit_function(self, call: "_FunctionCall | None", finished: bool) -> None:
@@ -364,7 +363,7 @@ class CompileTracking:
         instr = self._instr
         if self._regions and self._regions[-1] is call:
             self._regions.pop()
-        instr._native.exit_module()
+        instr._exit_module()
         if not call.owned:
             return
         self._close(call)

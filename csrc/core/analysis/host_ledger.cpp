@@ -40,6 +40,7 @@ void HostLedgerBuilder::on_sample(std::string_view key, std::uint64_t value, std
   s.layers = decompose_host_memory(pending_);
   pending_ = HostReading{};
   ++report_.samples;
+  if (phase != "idle") ++report_.phase_end_readings;  // not the readings at tracking's start and stop
   if (!report_.max_resident || s.layers.resident > report_.max_resident->layers.resident) report_.max_resident = s;
   if (peak_pending_) {
     report_.at_peak = s;

@@ -49,7 +49,8 @@ void write_memory_layers(JsonWriter& w, const Report& r) {
   } else {
     const HostMemoryReport& h = *r.host_memory;
     w.begin_object();
-    w.field("samples", h.samples).field("readings_skipped", h.readings_skipped);
+    w.field("samples", h.samples).field("phase_end_readings", h.phase_end_readings);
+    w.field("readings_skipped", h.readings_skipped);
     w.field("rows_dropped", h.rows_dropped);
     // The source's budgets (ridgescope/host_memory.h), for the reporters' sentences.
     w.field("reading_share", 1.0 / static_cast<double>(host_budget::kReadingBudget));

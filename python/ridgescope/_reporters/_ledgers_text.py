@@ -105,7 +105,7 @@ def host_memory_lines(d: dict[str, Any]) -> list[str]:
             out.append("  glibc's counters do not cover torch's blocks: another malloc serves this process")
     skipped = h.get("readings_skipped", 0)
     if skipped:
-        ends = max(h["samples"] - 2, 0)  # the readings at tracking's start and stop aside
+        ends = h["phase_end_readings"]
         out.append(f"  Read at {ends:,} of {ends + skipped:,} phase ends (and when tracking started and "
                    f"stopped): the readings are kept under {h['reading_share']:.2%} of the run's time, "
                    f"and every new high of torch's live CPU bytes is read.")

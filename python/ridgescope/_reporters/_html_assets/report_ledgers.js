@@ -97,8 +97,8 @@
         (100 * h.malloc_share) + ' % of the run).'));
     }
     if (h.readings_skipped) {
-      div.appendChild(el('p', { 'class': 'rs-muted' }, 'Read at ' + Math.max(h.samples - 2, 0) + ' of ' +
-        (Math.max(h.samples - 2, 0) + h.readings_skipped) + ' phase ends (and when tracking started and stopped): the ' +
+      div.appendChild(el('p', { 'class': 'rs-muted' }, 'Read at ' + h.phase_end_readings + ' of ' +
+        (h.phase_end_readings + h.readings_skipped) + ' phase ends (and when tracking started and stopped): the ' +
         'readings are kept under ' + (100 * h.reading_share) + ' % of the run\u2019s time, and every new high of ' +
         'torch\u2019s live CPU bytes is read.'));
     }

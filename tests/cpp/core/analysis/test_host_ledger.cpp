@@ -122,6 +122,7 @@ SCENARIO("the phase ends the source's time budget left unread are counted, and t
         CHECK(r.host_memory->samples == 3);
         CHECK(r.host_memory->rows.size() == 3);
         CHECK(r.host_memory->readings_skipped == 7);
+        CHECK(r.host_memory->phase_end_readings == 1);  // forward's; the other two are outside any phase
         CHECK(r.host_memory->rows[1].layers.pytorch == 24 * MiB);
         CHECK(r.host_memory->rows[1].layers.other_heap == 32 * MiB);
       }
@@ -131,6 +132,7 @@ SCENARIO("the phase ends the source's time budget left unread are counted, and t
         REQUIRE(json);
         CHECK(json->get("host_memory")->get_uint("readings_skipped") == 7);
         CHECK(json->get("host_memory")->get_uint("samples") == 3);
+        CHECK(json->get("host_memory")->get_uint("phase_end_readings") == 1);
       }
     }
   }
