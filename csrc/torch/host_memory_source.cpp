@@ -171,8 +171,8 @@ void HostMemorySampler::record_now(bool complete) noexcept {
     const bool new_high = high > live_high_;
     if (new_high) live_high_ = high;
     namespace b = host_budget;
-    if (!complete && !new_high &&
-        !b::within(reading_ns_, b::kReadingAllowanceNs, b::kReadingBudget, start - first_reading_ns_)) {
+    if (!complete && !new_high && phase_end_readings_ >= b::kReadingsAlwaysTaken &&
+        !b::within(reading_ns_, 0, b::kReadingBudget, start - first_reading_ns_)) {
       ++skipped_;
       return;
     }
@@ -234,6 +234,7 @@ void HostMemorySampler::record_now(bool complete) noexcept {
     skipped_ = 0;
     record(8, status.resident);  // last: completes the reading
     reading_ns_ += monotonic_now_ns() - start - malloc_spent;
+    if (!complete) ++phase_end_readings_;
   } catch (...) {
     // out of memory copying the block list: no reading this time
   }

@@ -18,17 +18,17 @@
 // Cost (docs/performance.md): one read of /proc/self/statm (and of /proc/self/status when the
 // shared pages moved), one mincore per group of nearby torch blocks not known wholly resident (at
 // most 64 MiB of pages each), and mallinfo2, which walks every free chunk of glibc's arenas
-// (30-100 us on a training process's fragmented heap). Both are taken under time budgets
-// (ridgescope/host_memory.h, host_budget; one rule, host_budget::within):
+// (30-100 us on a training process's fragmented heap). Both are taken under budgets
+// (ridgescope/host_memory.h, host_budget; one time rule, host_budget::within):
 //
 //   * mallinfo2 at every reading until it has cost its allowance (1 ms: a short run's readings
 //     are all exact), then only while it has taken at most 0.05 % of the time since the first
 //     reading, and always at a complete reading (record_now(true): tracking's start and end). A
 //     reading without it writes no host_malloc_* samples, and the analysis carries the last
 //     figures forward, saying when they were read (HostSample::malloc_time_ns);
-//   * a phase end (record_now(false)) while the readings, mallinfo2's time aside, have cost under
-//     their allowance (2 ms: a short run has every phase end read), then only while they have
-//     taken at most 0.1 % of the time since the first reading, and always when torch's live CPU
+//   * a phase end (record_now(false)): the session's first 32 (a short run has every phase end
+//     read, however loaded the machine), then only while the readings, mallinfo2's time aside,
+//     have taken at most 0.1 % of the time since the first reading, and always when torch's live CPU
 //     bytes reached a new high since the previous phase end (cpu_take_live_high(): higher than in
 //     any interval before), so that the reading just after the run's peak is always there. A
 //     skipped phase end writes nothing; the next reading says how many were skipped
@@ -80,6 +80,7 @@ class HostMemorySampler {
   std::uint64_t malloc_ns_ = 0;         // ns spent in mallinfo2 since then
   std::uint64_t reading_ns_ = 0;        // ns spent in readings since then, mallinfo2's aside
   std::uint64_t skipped_ = 0;           // phase ends left unread since the last reading
+  std::uint64_t phase_end_readings_ = 0;  // phase ends read (the first kReadingsAlwaysTaken always)
   std::uint64_t live_high_ = 0;         // the highest live bytes of any interval so far
   std::vector<unsigned char> pages_;  // mincore's buffer
   // Scratch lists of the reading (kept to reuse their memory).

@@ -1,6 +1,6 @@
 """Specification of the host's three layers (docs/forensics.md, "Host memory: the three layers"):
-when tracking starts, at the end of every phase (under a time budget past the first 2 ms of
-readings, which never skips a new high of torch's live CPU bytes) and when it stops, the process's
+when tracking starts, at the end of every phase (the first 32, then under a time budget that
+never skips a new high of torch's live CPU bytes) and when it stops, the process's
 resident set (/proc/self/status) = PyTorch's live CPU
 blocks (their resident pages, mincore) + the C allocator's slack (glibc's mallinfo2) + everything
 else, itemised (files and libraries, shared memory, other heap users, a named remainder).
@@ -220,8 +220,8 @@ def test_the_text_report_shows_the_three_layers(tmp_path):
 def tiny_phases(folder, phases: int, spike_at: int | None = None) -> dict:
     """Given a heap with many free chunks (mallinfo2 walks each one, so that its own budget binds
     at once) and a session of `phases` phases a few microseconds long, far more readings than
-    their time budget can pay for (each costs at least the 1-2 us of a /proc/self/statm read: 5,000
-    of them more than the 2 ms allowance); in
+    their time budget can pay for (each costs at least the 1-2 us of a /proc/self/statm read, a
+    phase little more); in
     phase `spike_at` (named "spike") a 16 MiB tensor made and freed: a new high of torch's live
     CPU bytes. Returns the report's host_memory and its summary text."""
     held = [bytearray(700) for _ in range(80000)]
@@ -259,8 +259,8 @@ def test_phase_ends_are_read_under_a_time_budget_that_never_skips_a_new_high(tmp
 
 @linux
 def test_glibc_counters_are_read_under_a_time_budget_and_carried_between(tmp_path):
-    # Given such a session of 600 phases (mallinfo2's budget binds after a few readings; at most
-    # 602 readings, so the report lists them all, the one when tracking stops last),
+    # Given such a session of 600 phases (mallinfo2's budget binds within the first 32 phase ends,
+    # all read; at most 602 readings, so the report lists them all, the one at the stop last),
     h = call(tiny_phases, str(tmp_path), 600)
     rows = h["host_memory"]["rows"]
     assert h["host_memory"]["rows_dropped"] == 0

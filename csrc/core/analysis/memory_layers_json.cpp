@@ -54,7 +54,7 @@ void write_memory_layers(JsonWriter& w, const Report& r) {
     w.field("rows_dropped", h.rows_dropped);
     // The source's budgets (ridgescope/host_memory.h), for the reporters' sentences.
     w.field("reading_share", 1.0 / static_cast<double>(host_budget::kReadingBudget));
-    w.field("reading_allowance_ns", host_budget::kReadingAllowanceNs);
+    w.field("readings_always_taken", host_budget::kReadingsAlwaysTaken);
     w.field("malloc_share", 1.0 / static_cast<double>(host_budget::kMallocBudget));
     w.field("malloc_allowance_ns", host_budget::kMallocAllowanceNs);
     w.key("rows").begin_array();
