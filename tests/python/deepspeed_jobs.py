@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 
 import ridgescope as rs
+from distributed_jobs import drain_comm_buffers, forget_comm, remember_comm
 
 STEPS = 3
 WIDTH = 64
@@ -82,6 +83,7 @@ class Truth:
             if p.data.numel() > 0 and not p.ds_persist:
                 s = p.data.untyped_storage()
                 self.gathered.append((StorageWeakRef(s), [s.data_ptr(), s.nbytes()]))
+                remember_comm([p.data])
 
     def now(self) -> dict[str, list[list[int]]]:
         z = self.zero
@@ -93,19 +95,28 @@ class Truth:
             grads += [z.grads_in_partition] if z.grads_in_partition is not None else []
             if self.stage == 1:  # autograd's gradients, until DeepSpeed reduces them
                 grads += [p.grad for p in self.params if p.grad is not None]
-            buckets = [b for bucket in z.ipg_buckets.values() for b in bucket.buffer]
             params = list(z.bit16_groups_flat)
         else:
             fp32 = list(z.fp32_partitioned_groups_flat)
             grads = [z.grad_partitions_flat_buffer]
-            buckets = [bucket.buffer for bucket in z.ipg_buckets.values()]
             params = [z.lp_param_buffer] + [p.data for p in self.params if p.ds_persist]
         grads += [t.grad for t in fp32 if t.grad is not None]
+        buckets = self.buckets()
+        remember_comm(buckets)
         # gathered parameters still alive (in use, or kept by autograd for backward)
         self.gathered = [(ref, block) for ref, block in self.gathered if not ref.expired()]
         comm = sorted({tuple(b) for b in _blocks(buckets)} | {tuple(b) for _, b in self.gathered})
         return {"parameter": _blocks(params), "optimizer_state": _blocks(fp32 + state),
                 "gradient": _blocks(grads), "comm_buffer": [list(b) for b in comm]}
+
+    def buckets(self) -> list[torch.Tensor]:
+        """The reduce buckets' buffers (ZeRO-1/2 keeps a list per bucket, ZeRO-3 one)."""
+        return [b for bucket in self.zero.ipg_buckets.values()
+                for b in (bucket.buffer if self.stage < 3 else [bucket.buffer])]
+
+    def held_now(self) -> list[torch.Tensor]:
+        """The reduce buckets and parameters' data DeepSpeed holds now (for drain_comm_buffers)."""
+        return self.buckets() + [p.data for p in self.params]
 
     def record(self, where: str) -> None:
         self.records.append({"step": self.step, "where": where, **self.now()})
@@ -143,6 +154,7 @@ def run_stage(rank: int, out: Path, stage: int) -> dict[str, Any]:
 
     plain = train(build(), rank, None)
     engine = build()
+    forget_comm()
     truth = Truth(engine, stage)
     if stage < 3:
         # inside backward, once DeepSpeed's hook on the first layer's weight (the last gradient
@@ -154,9 +166,12 @@ def run_stage(rank: int, out: Path, stage: int) -> dict[str, Any]:
     path = out / f"zero{stage}.rstrace"
     with rs.track(model=engine, out=path) as session:
         losses = train(engine, rank, truth)
+        # inside the session: the trace sees the buffers gloo's worker thread lets go of last
+        drained = drain_comm_buffers(truth.held_now())
     z = engine.optimizer
     fp32 = z.fp32_partitioned_groups_flat if stage == 3 else z.single_partition_of_fp32_groups
-    return {"trace": str(session.path), "error": session.error, "losses": losses,
+    return {"trace": str(session.path), "error": session.error, "drained": drained,
+            "losses": losses,
             "untracked_losses": plain, "records": truth.records,
             "parameters": sum(int(getattr(p, "ds_numel", p.numel())) for p in truth.params),
             "reduce_bucket_bytes": BUCKET * 4,

@@ -190,7 +190,13 @@ def _blocks(tensors: Any) -> list[list[int]]:
 _COMM_SEEN: dict[int, StorageWeakRef] = {}
 
 
-def _remember_comm(tensors: list[torch.Tensor]) -> None:
+def forget_comm() -> None:
+    """Starts a new run's record of communication buffers."""
+    _COMM_SEEN.clear()
+
+
+def remember_comm(tensors: list[torch.Tensor]) -> None:
+    """Notes communication buffers a strategy holds (weakly), for drain_comm_buffers."""
     for t in tensors:
         ref = StorageWeakRef(t.untyped_storage())
         _COMM_SEEN.setdefault(ref.cdata, ref)
@@ -250,7 +256,7 @@ def fsdp2_holds(net: nn.Module, opt: torch.optim.Optimizer) -> dict[str, list[li
     """fsdp2_tensors as [address, bytes] blocks; a buffer that is the sharded gradients' storage
     (HSDP's all-reduce runs in place on them) counts as gradient."""
     tensors = fsdp2_tensors(net, opt)
-    _remember_comm(tensors["comm_buffer"])
+    remember_comm(tensors["comm_buffer"])
     held = {c: _blocks(ts) for c, ts in tensors.items()}
     held["comm_buffer"] = [b for b in held["comm_buffer"] if b not in held["gradient"]]
     return held
@@ -287,7 +293,7 @@ def fsdp2_variant(rank: int, world: int, out: Path, name: str, mp: bool = False,
                                         {tuple(b) for b in _blocks(extra)
                                          if b not in now["gradient"]})
             now["comm_buffer"] = [list(b) for b in now["comm_buffer"]]
-        _remember_comm(extra or [])
+        remember_comm(extra or [])
         records.append({"step": step[0], "where": where, **now})
 
     def build(tracked_run: bool) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -340,7 +346,7 @@ def fsdp2_variant(rank: int, world: int, out: Path, name: str, mp: bool = False,
     net, opt = build(False)
     plain = run(net, opt, False)
     net, opt = build(True)
-    _COMM_SEEN.clear()
+    forget_comm()
     holds.append(lambda: fsdp2_holds(net, opt))
     losses, path, error = tracked(out, name, lambda: run(net, opt, True), net, opt)
     return {"trace": path, "error": error or (problems[0] if problems else None),

@@ -57,6 +57,7 @@ def test_partitions_and_buffers_match_deepspeed_at_every_boundary(zero: dict[int
     for rank in range(2):
         res = zero[rank][str(stage)]
         assert res["error"] is None, res["error"]
+        assert res["drained"] is None, res["drained"]  # nothing DeepSpeed let go of stays alive
         records = res["records"]
         boundary_replay.compare(res["trace"], records, ("forward", "backward", "optimizer_step"),
                                 ("bucket check",))
