@@ -70,6 +70,7 @@ import argparse
 import gc
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -149,14 +150,23 @@ class Trainer:
 CLOCK = time.perf_counter  # --clock cpu: time.process_time; --clock thread: time.thread_time
 
 
-def timed_steps(step: Callable[[], None], warmup: int, steps: int) -> list[float]:
+# Minor page faults of the whole process during each variant's timed steps (getrusage): glibc
+# hands large tensors' memory back to the kernel (heap trimming, munmap) and faults it in again,
+# and how often depends on where everything else in the heap lies.
+FAULTS: dict[str, int] = {}
+
+
+def timed_steps(step: Callable[[], None], warmup: int, steps: int, variant: str) -> list[float]:
     for _ in range(warmup):
         step()
     out = []
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(steps):
         t0 = CLOCK()
         step()
         out.append(CLOCK() - t0)
+    FAULTS[variant] = (FAULTS.get(variant, 0)
+                       + resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
     return out
 
 
@@ -168,7 +178,7 @@ def make_profiler() -> torch.profiler.profile:
 def run_round(variant: str, trainer: Trainer, args: argparse.Namespace, tmp: Path,
               rnd: int, acc: dict[str, Any]) -> list[float]:
     if variant in ("untracked", "untracked_control", "compiled"):
-        return timed_steps(trainer.step, args.warmup, args.steps)
+        return timed_steps(trainer.step, args.warmup, args.steps, variant)
 
     if variant in TRACKED:
         path = tmp / f"{variant}-round{rnd}.rstrace"
@@ -178,7 +188,7 @@ def run_round(variant: str, trainer: Trainer, args: argparse.Namespace, tmp: Pat
             for _ in range(args.warmup):
                 trainer.step()
             before = session.stats()
-            times = timed_steps(trainer.step, 0, args.steps)
+            times = timed_steps(trainer.step, 0, args.steps, variant)
             after = session.stats()
         if session.error:
             acc["errors"].append(f"{variant}: {session.error}")
@@ -199,7 +209,7 @@ def run_round(variant: str, trainer: Trainer, args: argparse.Namespace, tmp: Pat
         prof = make_profiler()
         prof.__enter__()
         try:
-            times = timed_steps(trainer.step, args.warmup, args.steps)
+            times = timed_steps(trainer.step, args.warmup, args.steps, variant)
         finally:
             t0 = time.perf_counter()
             prof.__exit__(None, None, None)
@@ -208,6 +218,20 @@ def run_round(variant: str, trainer: Trainer, args: argparse.Namespace, tmp: Pat
         return times
 
     raise ValueError(variant)
+
+
+def position_ratios(times: list[float], base: list[float], args: argparse.Namespace
+                    ) -> dict[str, float]:
+    """The ratio of medians over each third of a round's timed steps, by the steps' position in
+    the round's session (its first step is 0): a session's first steps cost more than its later
+    ones, so the window's position matters (docs/performance.md)."""
+    n, out = args.steps, {}
+    bounds = sorted({0, n // 3, 2 * n // 3, n})
+    for lo, hi in zip(bounds, bounds[1:]):
+        pick = lambda xs: [x for i, x in enumerate(xs) if lo <= i % n < hi]  # noqa: E731
+        name = f"steps {args.warmup + lo}-{args.warmup + hi - 1}"
+        out[name] = round(statistics.median(pick(times)) / statistics.median(pick(base)), 4)
+    return out
 
 
 def session_costs(args: argparse.Namespace, tmp: Path, sessions: list[Any]) -> dict[str, Any]:
@@ -327,10 +351,12 @@ def main(argv: list[str] | None = None) -> int:
                    "min_ms": ms(min(times[v])),
                    "mean_ms": ms(statistics.fmean(times[v])),
                    "steps": len(times[v]),
+                   "minor_faults_per_step": round(FAULTS.get(v, 0) / len(times[v]), 1),
                    "round_medians_ms": [ms(x) for x in round_medians[v]]}
                for v in variants}
     ratios: dict[str, Any] = {}
     per_round: dict[str, Any] = {}
+    by_position: dict[str, Any] = {}
     if "untracked" in variants:
         base = statistics.median(times["untracked"])
         for v in variants:
@@ -341,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
             per_round[f"{v}_over_untracked"] = {"min": round(min(rr), 4),
                                                 "median": round(statistics.median(rr), 4),
                                                 "max": round(max(rr), 4)}
+            by_position[f"{v}_over_untracked"] = position_ratios(times[v], times["untracked"],
+                                                                 args)
     if "compiled" in variants:  # a compiled step against the same compiled step untracked
         base = statistics.median(times["compiled"])
         for v in ("compiled_tracked", "compiled_tracked_lifetime"):
@@ -371,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "ratios": ratios,
         "per_round_ratios": per_round,
+        "ratios_by_position": by_position,
         "targets": {f"{k}_max": v for k, v in TARGETS.items()},
         "meets_targets": {k: ratios[k] <= v for k, v in TARGETS.items() if k in ratios},
         "meets_targets_lifetime": (ratios.get("tracked_lifetime_over_untracked") or 99)

@@ -7,6 +7,7 @@
 #include <ATen/record_function.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "catch.h"
 #include "site_capture.h"
@@ -65,6 +66,30 @@ SCENARIO("module calls are forgotten one step after the step they ran in", "[tor
     THEN("the first step's call is forgotten long before the bound of kMaxCalls, the last one known") {
       CHECK(ranges.module_of(thread, first) == 0);
       CHECK(ranges.module_of(thread, last) == 100 + 9999);
+    }
+  }
+}
+
+SCENARIO("many calls a step: the kept calls stay exact while the forgotten ones' room is reused",
+         "[torch][sites]") {
+  const std::uint64_t thread = at::RecordFunction::currentThreadId();
+  GIVEN("50 steps of 100 module calls each (module step * 1000 + call)") {
+    ModuleRanges ranges;
+    std::vector<std::vector<std::uint64_t>> nodes(50);
+    for (std::uint32_t step = 0; step < 50; ++step) {
+      for (std::uint32_t call = 0; call < 100; ++call) {
+        nodes[step].push_back(call_creating_a_node(ranges, step * 1000 + call));
+      }
+      if (step < 49) ranges.on_step();
+    }
+    THEN("every node of the last two steps names its module, and older ones none") {
+      for (std::uint32_t step : {48u, 49u}) {
+        for (std::uint32_t call = 0; call < 100; ++call) {
+          CHECK(ranges.module_of(thread, nodes[step][call]) == step * 1000 + call);
+        }
+      }
+      CHECK(ranges.module_of(thread, nodes[47][99]) == 0);
+      CHECK(ranges.module_of(thread, nodes[0][0]) == 0);
     }
   }
 }
