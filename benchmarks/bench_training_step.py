@@ -106,6 +106,11 @@ TARGETS = {"tracked_over_untracked": 1.05, "tracked_bounded_over_untracked": 1.0
            "compiled_tracked_over_compiled": 1.05}
 TARGET_TRACKED_OVER_UNTRACKED = 1.05
 N_BATCHES = 4  # distinct fixed batches, cycled
+# --malloc fixed: glibc never trims its heap and every allocation below 100 MB comes from it
+# (mallopt(3): M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_TOP_PAD; setting one also stops glibc from
+# moving the thresholds as the process runs).
+FIXED_MALLOC = {"MALLOC_TRIM_THRESHOLD_": "1000000000", "MALLOC_MMAP_THRESHOLD_": "100000000",
+                "MALLOC_TOP_PAD_": "67108864"}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -308,8 +313,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", choices=("shared", "separate"), default="shared",
                     help="shared: every variant trains the same model and optimizer; separate: "
                          "each its own, built from the same seed")
+    ap.add_argument("--malloc", choices=("default", "fixed"), default="default",
+                    help="default: glibc's own heap thresholds; fixed: the process restarts with "
+                         "trimming off and one mmap threshold for every variant alike "
+                         f"({' '.join(f'{k}={v}' for k, v in FIXED_MALLOC.items())}), so "
+                         "that no variant's steps fault its heap in again (a diagnostic)")
     ap.add_argument("--out", default=None, help="also write the JSON to this file")
     args = ap.parse_args(argv)
+    if args.malloc == "fixed" and any(os.environ.get(k) != v for k, v in FIXED_MALLOC.items()):
+        # glibc reads these once, at the process's first allocation: only a new process has them
+        os.environ.update(FIXED_MALLOC)
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, os.path.abspath(__file__)]
+                 + (sys.argv[1:] if argv is None else list(argv)))
     variants = [v for v in args.variants.split(",") if v]
     if not variants or any(v not in VARIANTS for v in variants):
         ap.error(f"--variants: choose from {', '.join(VARIANTS)}")
@@ -395,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
                    "parameters": sum(p.numel() for p in next(iter(trainers.values()))
                                      .model.parameters()),
                    "steps": args.steps, "rounds": args.rounds, "warmup": args.warmup,
-                   "variants": variants, "seed": args.seed, "models": args.models},
+                   "variants": variants, "seed": args.seed, "models": args.models,
+                   "malloc": args.malloc},
         "results": results,
         "ratios": ratios,
         "per_round_ratios": per_round,
