@@ -227,15 +227,16 @@ def run_round(variant: str, trainer: Trainer, args: argparse.Namespace, tmp: Pat
 
 def position_ratios(times: list[float], base: list[float], args: argparse.Namespace
                     ) -> dict[str, float]:
-    """The ratio of medians over each third of a round's timed steps, by the steps' position in
-    the round's session (its first step is 0): a session's first steps cost more than its later
-    ones, so the window's position matters (docs/performance.md)."""
+    """The ratio of medians over each third of a round's timed steps, named by the steps'
+    position in the round's session (its first step is 0): whether the cost moves as a session
+    goes on (docs/performance.md). ``times`` and ``base`` hold the rounds' steps one after the
+    other, ``args.steps`` a round."""
     n, out = args.steps, {}
     bounds = sorted({0, n // 3, 2 * n // 3, n})
     for lo, hi in zip(bounds, bounds[1:]):
-        pick = lambda xs: [x for i, x in enumerate(xs) if lo <= i % n < hi]  # noqa: E731
-        name = f"steps {args.warmup + lo}-{args.warmup + hi - 1}"
-        out[name] = round(statistics.median(pick(times)) / statistics.median(pick(base)), 4)
+        def third(xs: list[float]) -> float:
+            return statistics.median(x for i, x in enumerate(xs) if lo <= i % n < hi)
+        out[f"steps {args.warmup + lo}-{args.warmup + hi - 1}"] = round(third(times) / third(base), 4)
     return out
 
 

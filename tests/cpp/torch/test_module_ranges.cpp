@@ -70,7 +70,7 @@ SCENARIO("module calls are forgotten one step after the step they ran in", "[tor
   }
 }
 
-SCENARIO("many calls a step: the kept calls stay exact while the forgotten ones' room is reused",
+SCENARIO("many calls a step: the last two steps' calls stay exact, older ones are forgotten",
          "[torch][sites]") {
   const std::uint64_t thread = at::RecordFunction::currentThreadId();
   GIVEN("50 steps of 100 module calls each (module step * 1000 + call)") {
