@@ -167,12 +167,12 @@ def timed_steps(step: Callable[[], None], warmup: int, steps: int, variant: str)
     for _ in range(warmup):
         step()
     out = []
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(steps):
         t0 = CLOCK()
         step()
         out.append(CLOCK() - t0)
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start
     FAULTS[variant] = FAULTS.get(variant, 0) + faults
     ROUND_FAULTS.setdefault(variant, []).append(faults / steps)
     return out
@@ -253,6 +253,7 @@ def fault_free_ratio(times: list[float], base: list[float], faults: list[float],
     clean = [r for r, (a, b) in enumerate(zip(faults, base_faults)) if a < 1 and b < 1]
     if not clean:
         return {"rounds": 0, "ratio": None}
+
     def pick(xs: list[float]) -> list[float]:
         return [x for r in clean for x in xs[r * n:(r + 1) * n]]
     return {"rounds": len(clean),
