@@ -157,10 +157,9 @@ CLOCK = time.perf_counter  # --clock cpu: time.process_time; --clock thread: tim
 
 # Minor page faults of the whole process during each variant's timed steps (getrusage): glibc
 # hands large tensors' memory back to the kernel (heap trimming, munmap) and faults it in again,
-# and how often depends on where everything else in the heap lies.
-FAULTS: dict[str, int] = {}
-# The same per round: each round's minor faults a timed step, by variant, in round order.
-ROUND_FAULTS: dict[str, list[float]] = {}
+# and how often depends on where everything else in the heap lies. Per variant: each round's
+# faults a timed step, in round order.
+FAULTS: dict[str, list[float]] = {}
 
 
 def timed_steps(step: Callable[[], None], warmup: int, steps: int, variant: str) -> list[float]:
@@ -173,8 +172,7 @@ def timed_steps(step: Callable[[], None], warmup: int, steps: int, variant: str)
         step()
         out.append(CLOCK() - t0)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start
-    FAULTS[variant] = FAULTS.get(variant, 0) + faults
-    ROUND_FAULTS.setdefault(variant, []).append(faults / steps)
+    FAULTS.setdefault(variant, []).append(faults / steps)
     return out
 
 
@@ -388,8 +386,9 @@ def main(argv: list[str] | None = None) -> int:
                    "min_ms": ms(min(times[v])),
                    "mean_ms": ms(statistics.fmean(times[v])),
                    "steps": len(times[v]),
-                   "minor_faults_per_step": round(FAULTS.get(v, 0) / len(times[v]), 1),
-                   "minor_faults_per_step_by_round": [round(f, 1) for f in ROUND_FAULTS.get(v, [])],
+                   # every round times the same number of steps
+                   "minor_faults_per_step": round(statistics.fmean(FAULTS.get(v, [0])), 1),
+                   "minor_faults_per_step_by_round": [round(f, 1) for f in FAULTS.get(v, [])],
                    "round_medians_ms": [ms(x) for x in round_medians[v]]}
                for v in variants}
     ratios: dict[str, Any] = {}
@@ -409,8 +408,7 @@ def main(argv: list[str] | None = None) -> int:
             by_position[f"{v}_over_untracked"] = position_ratios(times[v], times["untracked"],
                                                                  args)
             fault_free[f"{v}_over_untracked"] = fault_free_ratio(
-                times[v], times["untracked"], ROUND_FAULTS.get(v, []),
-                ROUND_FAULTS.get("untracked", []), args)
+                times[v], times["untracked"], FAULTS.get(v, []), FAULTS.get("untracked", []), args)
     if "compiled" in variants:  # a compiled step against the same compiled step untracked
         base = statistics.median(times["compiled"])
         for v in ("compiled_tracked", "compiled_tracked_lifetime"):
