@@ -180,6 +180,10 @@ struct ThreadFrames {
     std::vector<RawFrame> path;
     PythonWalk result;
     std::vector<std::uint32_t> frames;
+    // Whether the answer depends on the innermost frame's instruction: true unless the site
+    // was found in an outer frame. When false, an allocation from another line of the same
+    // innermost frame (an optimizer's per-parameter loop in library code) gets the same answer.
+    bool innermost_line_matters = true;
   } last;
   std::vector<RawFrame> path;  // scratch
 };
@@ -195,7 +199,8 @@ class Walker final : public PythonFrameWalker {
       if (ts == nullptr) return false;
       ThreadFrames& t = state(generation);
       const int mode = frames != nullptr ? 3 : stop_at_engine ? 1 : 2;
-      if (t.last.valid && t.last.mode == mode && same_path(ts, t.last.path, mode == 3)) {
+      if (t.last.valid && t.last.mode == mode &&
+          same_path(ts, t.last.path, mode == 3, t.last.innermost_line_matters)) {
         *out = t.last.result;
         if (frames != nullptr) frames->insert(frames->end(), t.last.frames.begin(), t.last.frames.end());
         return true;
@@ -209,6 +214,7 @@ class Walker final : public PythonFrameWalker {
       RawFrame innermost;
       CodeInfo innermost_info;  // a copy: the cache may rehash during the walk
       bool have_innermost = false;
+      std::size_t site_depth = 0;  // the site's position in `path` (walks that stop at it)
       const bool readable = walk_raw(ts, [&](const RawFrame& f) {
         path.push_back(f);
         const CodeInfo* found = code_info(t, recorder, f.code);
@@ -230,6 +236,7 @@ class Walker final : public PythonFrameWalker {
         }
         if (info.cls == CodeClass::User) {
           out->site = frame_id(t, recorder, info, f);
+          site_depth = path.size() - 1;
           return false;  // found: the rest of the stack is not needed
         }
         if (engine && stop_at_engine) return false;  // the caller asks autograd for its node
@@ -244,6 +251,9 @@ class Walker final : public PythonFrameWalker {
       if (frames == nullptr && out->site == 0 && have_innermost) {
         out->innermost = frame_id(t, recorder, innermost_info, innermost);
       }
+      // The innermost frame's line decides the answer when it is the site, or the frame named
+      // for want of one, or when every frame's id is listed.
+      t.last.innermost_line_matters = frames != nullptr || out->site == 0 || site_depth == 0;
       t.last.path.swap(path);
       t.last.result = *out;
       t.last.mode = mode;
@@ -257,7 +267,8 @@ class Walker final : public PythonFrameWalker {
 
  private:
   // Whether this thread's frames start with `path` (and, when `whole`, are exactly `path`).
-  static bool same_path(PyThreadState* ts, const std::vector<RawFrame>& path, bool whole) {
+  // Unless `innermost_line`, the innermost frame may be at another instruction of the same code.
+  static bool same_path(PyThreadState* ts, const std::vector<RawFrame>& path, bool whole, bool innermost_line) {
     std::size_t i = 0;
     bool same = true;
     walk_raw(ts, [&](const RawFrame& f) {
@@ -265,7 +276,9 @@ class Walker final : public PythonFrameWalker {
         if (whole) same = false;  // a frame more than last time
         return false;
       }
-      if (!(f == path[i])) {
+      const bool equal = i == 0 && !innermost_line ? f.frame == path[0].frame && f.code == path[0].code
+                                                    : f == path[i];
+      if (!equal) {
         same = false;
         return false;
       }

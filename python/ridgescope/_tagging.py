@@ -69,7 +69,7 @@ class Tagging:
         step is every step; a state tensor replaced in place of another under the same key is
         then not re-tagged, but its allocation is still recorded."""
         state = optimizer.state
-        shape = (id(state), len(state), sum(len(s) for s in state.values() if isinstance(s, dict)))
+        shape = (id(state), len(state), sum([len(s) for s in state.values() if isinstance(s, dict)]))
         if self._state_shapes.get(id(optimizer)) == shape:
             return
         self._state_shapes[id(optimizer)] = shape

@@ -218,6 +218,51 @@ def test_the_snapshot_export_carries_the_frames_memory_viz_shows(trace_path, tmp
     assert allocs[0]["user_metadata"]["site"] == f"{os.path.basename(__file__)}:{line} in step_with_marker"
 
 
+BEFORE_BYTES, AFTER_BYTES = 333_331, 333_349  # sizes nothing else has
+
+
+def two_optimizer_steps(opt) -> tuple[list, int, int]:
+    """Two optimizer steps from two lines of this file, right after one another, between two
+    marker tensors."""
+    keep = [torch.empty(BEFORE_BYTES, dtype=torch.uint8)]
+    opt.step(); first = this_line()  # noqa: E702
+    opt.step(); second = this_line()  # noqa: E702
+    keep.append(torch.empty(AFTER_BYTES, dtype=torch.uint8))
+    return keep, first, second
+
+
+def test_every_temporary_of_a_library_loop_names_the_user_line_that_called_it(tmp_path):
+    """Scenario: torch's single-tensor AdamW (a loop over parameters in library code that makes
+    temporaries at several of its own lines, one parameter after another) is stepped twice from
+    two consecutive lines of this file, with nothing allocated between the two steps.
+    Given the run exported as a snapshot (one entry for every allocation, its site first),
+    then the allocations between the markers are the two steps' temporaries, as many in each,
+    and every one of the first step names the first line and this function, every one of the
+    second step the second line: the line the user wrote, whichever of torch's lines made it and
+    however many allocations before it came from the same loop at the same depth."""
+    model = make_gpt()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    path = tmp_path / "run.rstrace"
+    with rs.track(model=model, optimizer=opt, out=path):
+        x, y = gpt_inputs(8, 0)
+        models.gpt_loss(model, x, y).backward()
+        opt.step()  # the state is made here: the two steps below only update it
+        _, first, second = two_optimizer_steps(opt)
+    out = tmp_path / "run.pickle"
+    rs.load(path).to_snapshot(out)
+    with open(out, "rb") as f:
+        snap = pickle.load(f)  # our own export: plain types only
+    allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc"]
+    at = {e["size"]: i for i, e in enumerate(allocs) if e["size"] in (BEFORE_BYTES, AFTER_BYTES)}
+    window = allocs[at[BEFORE_BYTES] + 1:at[AFTER_BYTES]]
+    per_step = len(window) // 2
+    assert len(window) == 2 * per_step
+    assert per_step >= 2 * len(list(model.parameters()))  # two temporaries a parameter at least
+    sites = [(e["frames"][0]["filename"], e["frames"][0]["line"], e["frames"][0]["name"]) for e in window]
+    assert sites == ([(__file__, first, "two_optimizer_steps")] * per_step
+                     + [(__file__, second, "two_optimizer_steps")] * per_step)
+
+
 def test_ridgescope_run_records_the_scripts_own_lines(tmp_path):
     """Scenario: `ridgescope run --stacks python` on an unmodified script that makes a tensor at
     its line 4 (a module-level statement run by runpy).
