@@ -226,6 +226,7 @@ void ridgescope_bindings::bind_session(py::module_& m) {
         d["chunks_written"] = st.chunks_written;
         d["file_bytes"] = st.file_bytes;
         d["buffer_bytes_peak"] = st.buffer_bytes_peak;
+        d["buffer_bytes"] = st.buffer_bytes;
         return d;
       });
 }

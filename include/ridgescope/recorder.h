@@ -47,6 +47,9 @@ struct RecorderStats {
   std::uint64_t chunks_written = 0;   // complete chunks written
   std::uint64_t file_bytes = 0;       // bytes of the trace file now
   std::uint64_t buffer_bytes_peak = 0;  // most bytes ever held in memory by the recorder
+  std::uint64_t buffer_bytes = 0;       // bytes held in memory now: the queued chunks, the one
+                                        // being filled and the written ones kept for reuse (0
+                                        // once closed: close() gives them back)
 };
 
 struct RecorderOptions {
@@ -130,6 +133,7 @@ class Recorder {
   void wait_for_room(std::unique_lock<std::mutex>& lock) noexcept;
   void hand_off_locked();
   bool write_front_locked(std::unique_lock<std::mutex>& lock);
+  std::uint64_t held_locked() const noexcept;
   void note_held_locked() noexcept;
   void writer_loop();
   void fail_locked(std::string message);

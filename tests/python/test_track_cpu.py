@@ -265,6 +265,23 @@ def test_the_previous_cpu_allocator_is_restored(trace_path):
     assert s.report().to_dict()["anomalies"]["unknown_frees"] == 0
 
 
+def test_a_stopped_session_holds_no_recording_buffer(trace_path):
+    """Scenario: a session that recorded three training steps is stopped and kept.
+    Then, while it ran, its recorder held at least one chunk buffer; once stopped it holds none
+    (they went back to the heap at the stop, not when the session object is collected), every
+    event reached the file and the peak it held stays reported."""
+    model = make_mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with rs.track(model=model, optimizer=opt, out=trace_path) as session:
+        train(model, opt, lambda i: mlp_batch(16, i), mlp_loss, steps=3)
+        running = session.stats()
+    stopped = session.stats()
+    assert running["buffer_bytes"] > 0
+    assert stopped["buffer_bytes"] == 0
+    assert stopped["buffer_bytes_peak"] >= running["buffer_bytes"]
+    assert stopped["dropped_events"] == 0
+
+
 def test_a_trace_reports_the_same_as_the_session(trace_path):
     _, _, from_session, _ = tracked_run("mlp", trace_path)
     assert rs.load(trace_path).to_dict() == from_session

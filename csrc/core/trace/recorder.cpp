@@ -177,8 +177,14 @@ void Recorder::append_definition_locked(const std::string& record) {
 }
 
 // The recorder's buffers now: the queued chunks, the one being filled, the written ones kept.
+// An empty string's capacity is its inline storage, not a buffer on the heap.
+std::uint64_t Recorder::held_locked() const noexcept {
+  const std::uint64_t current = current_.capacity() > std::string().capacity() ? current_.capacity() : 0;
+  return queued_bytes_ + current + spare_bytes_;
+}
+
 void Recorder::note_held_locked() noexcept {
-  const std::uint64_t held = queued_bytes_ + current_.capacity() + spare_bytes_;
+  const std::uint64_t held = held_locked();
   if (held > stats_.buffer_bytes_peak) stats_.buffer_bytes_peak = held;
 }
 
@@ -335,6 +341,15 @@ void Recorder::close() noexcept {
   closed_ = true;
   writer_tid_ = 0;
   if (!ok && !failed_) fail_locked(sink_->error());
+  // Nothing more is recorded: the chunk buffers go back to the heap now, not when the owner of
+  // this recorder is destroyed (a stopped session can outlive its recording by a long time).
+  for (auto& chunk : queue_) stats_.dropped_events += chunk.second;  // none unless it failed
+  queue_.clear();
+  queued_bytes_ = 0;
+  std::string().swap(current_);
+  current_records_ = 0;
+  std::vector<std::string>().swap(spare_);
+  spare_bytes_ = 0;
   written_.notify_all();
 }
 
@@ -369,6 +384,7 @@ RecorderStats Recorder::stats() const {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     s = stats_;
+    s.buffer_bytes = held_locked();
   }
   const ChunkSinkStats written = sink_->stats();
   s.bytes_written = written.bytes_written;

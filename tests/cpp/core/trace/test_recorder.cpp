@@ -91,6 +91,35 @@ SCENARIO("the recorder's memory is bounded by its queue, not by the run", "[core
   }
 }
 
+SCENARIO("a closed recorder gives its chunk buffers back", "[core][recorder]") {
+  GIVEN("a recorder with 4 KiB chunks that recorded 10,000 events (about 40 chunks)") {
+    TempPath path;
+    Recorder rec(path.str(), small_chunks(4096, 4));
+    for (std::uint64_t i = 0; i < 10000; ++i) rec.record(alloc_event(0x1000 + 64 * i, 64));
+    THEN("while it records it holds at least the chunk being filled") {
+      CHECK(rec.stats().buffer_bytes >= 4096);
+      CHECK(rec.stats().buffer_bytes <= rec.stats().buffer_bytes_peak);
+    }
+    WHEN("it is closed") {
+      rec.close();
+      THEN("every event is on disk and it holds no buffer, while its peak stays reported") {
+        CHECK(count_events(path.str()) == 10000);
+        CHECK(rec.stats().dropped_events == 0);
+        CHECK(rec.stats().buffer_bytes == 0);
+        CHECK(rec.stats().buffer_bytes_peak >= 4096);
+      }
+      AND_WHEN("an event comes after the close") {
+        rec.record(alloc_event(0x5000000, 64));
+        THEN("it is refused and counted as dropped, and no buffer is made for it") {
+          CHECK(rec.stats().dropped_events == 1);
+          CHECK(rec.stats().buffer_bytes == 0);
+          CHECK(count_events(path.str()) == 10000);
+        }
+      }
+    }
+  }
+}
+
 SCENARIO("a writer that gets no CPU time delays the file but never stalls recording",
          "[core][recorder]") {
   GIVEN("a recorder with 1 KiB chunks and a queue of 2 whose writer thread writes nothing") {
