@@ -348,9 +348,9 @@ class CompileTracking:
             else:
                 self._open(call, "forward" if call.training else "eval")
             if call.training:
-                from torch.utils._pytree import tree_flatten
+                from torch.utils._pytree import tree_leaves
                 label = instr.label("input")
-                for t in tree_flatten((args, kwargs))[0]:
+                for t in tree_leaves((args, kwargs)):
                     if isinstance(t, torch.Tensor):
                         instr._native.tag(t, "input", label, True)
             call.versions = _versions(instr._params)

@@ -117,9 +117,9 @@ class DatasetRegistrar:
     def tag_batch(self, batch: Any) -> None:
         """Tags the tensors of a batch a framework hands its step as ``input`` (weakly, as the
         root module's arguments are): also when the step calls a submodule, not the root."""
-        from torch.utils._pytree import tree_flatten
+        from torch.utils._pytree import tree_leaves
 
-        leaves, _ = tree_flatten(batch)
+        leaves = tree_leaves(batch)
         label = self._instr.label("input")
         for t in leaves:
             if isinstance(t, torch.Tensor):

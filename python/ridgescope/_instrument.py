@@ -22,7 +22,7 @@ import weakref
 from typing import Any, Callable
 
 import torch
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_leaves
 
 from . import _compile, _model_info
 from ._data import DatasetRegistrar
@@ -257,7 +257,7 @@ class Instrumentation(Tagging):
             if opened not in (None, _MODEL_CALL) and not self.begin_phase(opened, explicit=False):
                 opened = None
             if opened == "forward":
-                leaves, _ = tree_flatten((args, kwargs))
+                leaves = tree_leaves((args, kwargs))
                 label = self.label("input")
                 for t in leaves:
                     if isinstance(t, torch.Tensor):
@@ -290,14 +290,14 @@ class Instrumentation(Tagging):
         opened = calls.pop() if calls else None
         if self._recomputing and output is not None:
             label = self._module_info(module)[1]
-            leaves, _ = tree_flatten(output)
+            leaves = tree_leaves(output)
             for t in leaves:
                 if isinstance(t, torch.Tensor):
                     self._native.tag(t, "activation", label, True)
         if opened is _MODEL_CALL:  # another model's output (a teacher's logits) feeds the loss
             if output is not None:
                 label = self.label(f"output of {self.models.call_name(module)}")
-                leaves, _ = tree_flatten(output)
+                leaves = tree_leaves(output)
                 for t in leaves:
                     if isinstance(t, torch.Tensor):
                         self._native.tag(t, "activation", label, True)
@@ -306,7 +306,7 @@ class Instrumentation(Tagging):
             # The model's output (logits) lives on after forward for the loss: an activation of
             # this forward, not an unexplained block.
             label = self.label(f"output of {self.models.call_name(module)}")
-            leaves, _ = tree_flatten(output)
+            leaves = tree_leaves(output)
             for t in leaves:
                 if isinstance(t, torch.Tensor):
                     self._native.tag(t, "activation", label, True)
@@ -429,7 +429,7 @@ class Instrumentation(Tagging):
 
     def _tag_loss(self, tensors: Any = None, *args: Any, **kwargs: Any) -> None:
         """The tensor backward starts from (the loss) is an output of the step's forward."""
-        leaves, _ = tree_flatten(kwargs.get("tensors", tensors))
+        leaves = tree_leaves(kwargs.get("tensors", tensors))
         label = self.label("loss")
         for t in leaves:
             if isinstance(t, torch.Tensor):

@@ -265,6 +265,31 @@ def test_the_previous_cpu_allocator_is_restored(trace_path):
     assert s.report().to_dict()["anomalies"]["unknown_frees"] == 0
 
 
+def test_a_tracked_step_leaves_no_garbage_for_the_cycle_collector(trace_path):
+    """Scenario: TinyGPT steps with AdamW, the cyclic garbage collector off, first untracked and
+    then inside rs.track with the defaults.
+    Then Python's collector finds nothing to free after the untracked steps (the workload makes
+    no reference cycles) and nothing after the tracked ones: what tracking does in a step is
+    freed when it ends, not in the collector's later pauses."""
+    model = make_gpt()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def garbage_after(steps: int, first: int) -> int:
+        gc.collect()
+        gc.disable()
+        try:
+            train(model, opt, lambda i: gpt_inputs(8, first + i), gpt_loss, steps=steps)
+            return gc.collect()
+        finally:
+            gc.enable()
+
+    train(model, opt, lambda i: gpt_inputs(8, i), gpt_loss, steps=2)  # optimizer state made
+    assert garbage_after(5, 0) == 0
+    with rs.track(model=model, optimizer=opt, out=trace_path):
+        train(model, opt, lambda i: gpt_inputs(8, i), gpt_loss, steps=2)  # the session's first steps
+        assert garbage_after(5, 2) == 0
+
+
 def test_a_stopped_session_holds_no_recording_buffer(trace_path):
     """Scenario: a session that recorded three training steps is stopped and kept.
     Then, while it ran, its recorder held at least one chunk buffer; once stopped it holds none
