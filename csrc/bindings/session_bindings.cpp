@@ -133,7 +133,7 @@ void ridgescope_bindings::bind_session(py::module_& m) {
   m.def(
       "_resident_part",
       [](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& blocks) {
-        std::vector<unsigned char> pages;
+        std::pmr::vector<unsigned char> pages;
         return ridgescope::sources::resident_part(blocks, pages);
       },
       py::arg("blocks"),

@@ -268,7 +268,7 @@ std::uint64_t cpu_block_serial(std::uint64_t addr) {
   return it != g_blocks->end() && it->second.generation == g_generation ? it->second.serial : 0;
 }
 
-CpuBlockCensus cpu_allocator_unmeasured_blocks(std::vector<CpuBlock>* unmeasured) {
+CpuBlockCensus cpu_allocator_unmeasured_blocks(std::pmr::vector<CpuBlock>* unmeasured) {
   CpuBlockCensus census;
   unmeasured->clear();
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -285,7 +285,7 @@ CpuBlockCensus cpu_allocator_unmeasured_blocks(std::vector<CpuBlock>* unmeasured
   return census;
 }
 
-void mark_cpu_blocks_resident(const std::vector<CpuBlock>& blocks) {
+void mark_cpu_blocks_resident(const std::pmr::vector<CpuBlock>& blocks) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_recorder == nullptr || g_blocks == nullptr) return;
   for (const CpuBlock& b : blocks) {

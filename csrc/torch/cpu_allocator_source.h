@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory_resource>
 #include <vector>
 
 #include <c10/core/StorageImpl.h>
@@ -73,10 +74,10 @@ struct CpuBlockCensus {
   std::uint64_t allocated_bytes = 0;  // every listed block
   std::uint64_t resident_bytes = 0;   // the marked ones
 };
-CpuBlockCensus cpu_allocator_unmeasured_blocks(std::vector<CpuBlock>* unmeasured);
+CpuBlockCensus cpu_allocator_unmeasured_blocks(std::pmr::vector<CpuBlock>* unmeasured);
 // Marks these blocks (address and serial, from the census) wholly resident; a block freed
 // since (its address reused by a new serial) is left alone.
-void mark_cpu_blocks_resident(const std::vector<CpuBlock>& blocks);
+void mark_cpu_blocks_resident(const std::pmr::vector<CpuBlock>& blocks);
 
 // Records a Sample event "allocator_live_bytes" with cpu_live_bytes(), ordered with the
 // allocation events, so the analysis can check the ledger against it.

@@ -30,7 +30,7 @@ constexpr std::uint64_t kMaxGapPages = 64;       // blocks this close share one 
 
 }  // namespace
 
-void measure_resident(std::vector<ResidentBlock>& blocks, std::vector<unsigned char>& pages) {
+void measure_resident(std::pmr::vector<ResidentBlock>& blocks, std::pmr::vector<unsigned char>& pages) {
   for (ResidentBlock& b : blocks) b.resident = 0;
   const long page_size = ::sysconf(_SC_PAGESIZE);
   if (page_size <= 0 || blocks.empty()) return;
@@ -98,8 +98,8 @@ void measure_resident(std::vector<ResidentBlock>& blocks, std::vector<unsigned c
 }
 
 std::uint64_t resident_part(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges,
-                            std::vector<unsigned char>& pages) {
-  std::vector<ResidentBlock> blocks;
+                            std::pmr::vector<unsigned char>& pages) {
+  std::pmr::vector<ResidentBlock> blocks;
   blocks.reserve(ranges.size());
   for (const auto& [addr, bytes] : ranges) blocks.push_back({addr, bytes, 0});
   measure_resident(blocks, pages);
@@ -179,15 +179,15 @@ void HostMemorySampler::record_now(bool complete) noexcept {
     // Blocks wholly resident at an earlier reading are resident still (anonymous pages stay
     // until freed; a swapped-out page is the exception, not seen here): only the others are
     // asked, and the CPU source keeps the mark with the block.
-    std::vector<CpuBlock>& unmeasured = unmeasured_;
+    std::pmr::vector<CpuBlock>& unmeasured = unmeasured_;
     const CpuBlockCensus census = cpu_allocator_unmeasured_blocks(&unmeasured);
     const std::uint64_t allocated = census.allocated_bytes;
     std::uint64_t resident = census.resident_bytes;
-    std::vector<ResidentBlock>& ask = ask_;
+    std::pmr::vector<ResidentBlock>& ask = ask_;
     ask.clear();
     for (const CpuBlock& b : unmeasured) ask.push_back({b.addr, b.bytes, b.serial});
     measure_resident(ask, pages_);
-    std::vector<CpuBlock>& full = unmeasured;  // reused: the ones found wholly resident now
+    std::pmr::vector<CpuBlock>& full = unmeasured;  // reused: the ones found wholly resident now
     full.clear();
     for (const ResidentBlock& b : ask) {
       resident += b.resident;

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "cpu_allocator_source.h"
+#include "page_arena.h"
 #include "ridgescope/host_memory.h"
 #include "ridgescope/recorder.h"
 
@@ -82,10 +83,13 @@ class HostMemorySampler {
   std::uint64_t skipped_ = 0;           // phase ends left unread since the last reading
   std::uint64_t phase_end_readings_ = 0;  // phase ends read (the first kReadingsAlwaysTaken always)
   std::uint64_t live_high_ = 0;         // the highest live bytes of any interval so far
-  std::vector<unsigned char> pages_;  // mincore's buffer
-  // Scratch lists of the reading (kept to reuse their memory).
-  std::vector<CpuBlock> unmeasured_;
-  std::vector<ResidentBlock> ask_;
+  // The reading's buffers, kept to reuse their memory, in memory of their own (page_arena.h:
+  // they grow at the first readings, in the user's first steps, and would otherwise stay between
+  // their tensors in the C heap).
+  detail::PageArena arena_;  // declared before the buffers: outlives them
+  std::pmr::vector<unsigned char> pages_{&arena_};  // mincore's buffer
+  std::pmr::vector<CpuBlock> unmeasured_{&arena_};
+  std::pmr::vector<ResidentBlock> ask_{&arena_};
   // /proc/self/status and /proc/self/statm, open in process pid_ (-1: not yet, or not readable).
   int status_fd_ = -1, statm_fd_ = -1;
   int pid_ = -1;
@@ -97,9 +101,9 @@ class HostMemorySampler {
 // Fills each block's resident bytes (its own bytes on resident pages: a page shared with another
 // block counts for each only its part) and sorts the list by address. Blocks must not overlap;
 // unmapped ranges count as not resident. `pages` is scratch space.
-void measure_resident(std::vector<ResidentBlock>& blocks, std::vector<unsigned char>& pages);
+void measure_resident(std::pmr::vector<ResidentBlock>& blocks, std::pmr::vector<unsigned char>& pages);
 // The sum of measure_resident over (address, bytes) ranges.
 std::uint64_t resident_part(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges,
-                            std::vector<unsigned char>& pages);
+                            std::pmr::vector<unsigned char>& pages);
 
 }  // namespace ridgescope::sources

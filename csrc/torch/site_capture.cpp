@@ -15,6 +15,7 @@
 #include <torch/csrc/profiler/unwind/unwind.h>
 
 #include "byte_codec.h"
+#include "page_arena.h"
 #include "json_writer.h"
 
 namespace ridgescope::sources {
@@ -37,13 +38,26 @@ struct SiteCapture::ThreadCache {
   std::uint32_t last_node_frame = 0;
   std::vector<std::uint32_t> last_frames;
   std::uint32_t last_frames_site = 0, last_frames_stack = 0;
-  absl::flat_hash_map<std::uint32_t, std::uint32_t> site_stacks;  // frame id -> one-frame stack
-  absl::flat_hash_map<std::pair<const std::type_info*, std::uint32_t>, std::uint32_t> node_frames;
-  absl::flat_hash_map<const std::type_info*, std::uint32_t> node_names;  // -> string id
-  absl::flat_hash_map<std::string, std::uint32_t> stacks;  // encoded site and frames -> stack id
-  absl::flat_hash_map<void*, std::uint32_t> native;        // instruction pointer -> frame id (0: skip)
+  // The session's maps, in memory of their own (page_arena.h): they fill during the first steps
+  // and would otherwise sit between the user's tensors in the C heap for the whole session.
+  detail::PageArena arena;  // declared before the maps: outlives them
+  detail::ArenaHashMap<std::uint32_t, std::uint32_t> site_stacks{&arena};  // frame id -> one-frame stack
+  detail::ArenaHashMap<std::pair<const std::type_info*, std::uint32_t>, std::uint32_t> node_frames{&arena};
+  detail::ArenaHashMap<const std::type_info*, std::uint32_t> node_names{&arena};  // -> string id
+  detail::ArenaHashMap<std::string_view, std::uint32_t> stacks{&arena};  // encoded site and frames -> stack id
+  detail::ArenaHashMap<void*, std::uint32_t> native{&arena};  // instruction pointer -> frame id (0: skip)
   std::vector<std::uint32_t> frames, python;
   std::string key;
+
+  // A new session: every map empty, their memory given back.
+  void reset() {
+    decltype(site_stacks)(&arena).swap(site_stacks);
+    decltype(node_frames)(&arena).swap(node_frames);
+    decltype(node_names)(&arena).swap(node_names);
+    decltype(stacks)(&arena).swap(stacks);
+    decltype(native)(&arena).swap(native);
+    arena.release();
+  }
 };
 
 namespace {
@@ -53,11 +67,7 @@ thread_local SiteCapture::ThreadCache t_cache;
 SiteCapture::ThreadCache& SiteCapture::cache() noexcept {
   ThreadCache& c = t_cache;
   if (c.generation != generation_) {
-    c.site_stacks.clear();
-    c.node_frames.clear();
-    c.node_names.clear();
-    c.stacks.clear();
-    c.native.clear();
+    c.reset();
     c.last_site_frame = c.last_site_stack = 0;
     c.last_node = nullptr;
     c.last_frames.clear();
@@ -127,6 +137,19 @@ void set_python_frame_walker(PythonFrameWalker* walker) noexcept { g_walker.stor
 PythonFrameWalker* python_frame_walker() noexcept { return g_walker.load(std::memory_order_acquire); }
 
 // ------------------------------------------------------------------------------ ModuleRanges
+void ModuleRanges::CallRing::push_back(const Call& c) {
+  if (count_ == capacity_) {
+    const std::size_t grown = capacity_ == 0 ? 64 : capacity_ * 2;  // a power of two
+    auto* slots = static_cast<Call*>(arena_->allocate(grown * sizeof(Call), alignof(Call)));
+    for (std::size_t i = 0; i < count_; ++i) slots[i] = (*this)[i];  // the old slots stay in the arena
+    slots_ = slots;
+    capacity_ = grown;
+    head_ = 0;
+  }
+  slots_[(head_ + count_) & (capacity_ - 1)] = c;
+  ++count_;
+}
+
 void ModuleRanges::enter(std::uint32_t module_id) noexcept {
   try {
     const std::uint64_t thread = at::RecordFunction::currentThreadId();
@@ -134,17 +157,17 @@ void ModuleRanges::enter(std::uint32_t module_id) noexcept {
     std::uint64_t index = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      Thread& t = threads_[thread];
+      Thread& t = threads_.try_emplace(thread, Thread{0, CallRing(&arena_), 0}).first->second;
       Call c;
       c.begin = seq;
       c.module_id = module_id;
       c.parent = t_open_calls.empty() ? UINT64_MAX : t_open_calls.back();
-      t.calls.push_back(c);
-      index = t.base + t.calls.size() - 1;
-      if (t.calls.size() > kMaxCalls) {
+      if (t.calls.size() == kMaxCalls) {  // the bound: the oldest call is forgotten
         t.calls.pop_front();
         ++t.base;
       }
+      t.calls.push_back(c);
+      index = t.base + t.calls.size() - 1;
     }
     t_open_calls.push_back(index);
   } catch (...) {
@@ -182,18 +205,29 @@ std::uint32_t ModuleRanges::module_of(std::uint64_t thread_id, std::uint64_t seq
   auto it = threads_.find(thread_id);
   if (it == threads_.end() || it->second.calls.empty()) return 0;
   const Thread& t = it->second;
-  // The last call that began at or before seq; if it ended before seq, one of its enclosing
-  // calls is the innermost that spans it (calls on one thread nest).
-  auto next = std::upper_bound(t.calls.begin(), t.calls.end(), seq,
-                               [](std::uint64_t s, const Call& c) { return s < c.begin; });
-  if (next == t.calls.begin()) return 0;
-  std::uint64_t index = t.base + static_cast<std::uint64_t>((next - 1) - t.calls.begin());
+  // The last call that began at or before seq (binary search over the ring, in order of begin);
+  // if it ended before seq, one of its enclosing calls is the innermost that spans it (calls on
+  // one thread nest).
+  std::size_t lo = 0, hi = t.calls.size();  // the first call with begin > seq is in [lo, hi]
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (seq < t.calls[mid].begin) hi = mid;
+    else lo = mid + 1;
+  }
+  if (lo == 0) return 0;
+  std::uint64_t index = t.base + (lo - 1);
   while (index != UINT64_MAX && index >= t.base) {
     const Call& c = t.calls[index - t.base];
     if (seq < c.end) return c.module_id;
     index = c.parent;
   }
   return 0;
+}
+
+std::size_t ModuleRanges::capacity(std::uint64_t thread_id) const noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = threads_.find(thread_id);
+  return it == threads_.end() ? 0 : it->second.calls.capacity();
 }
 
 // ------------------------------------------------------------------------------ SiteCapture
@@ -356,7 +390,7 @@ std::uint32_t SiteCapture::capture() noexcept {
       stack = it->second;
     } else {
       stack = recorder_->intern_stack(frames.data(), frames.size(), site);
-      c.stacks.emplace(key, stack);
+      c.stacks.emplace(c.arena.copy(key), stack);
     }
     c.last_frames = frames;
     c.last_frames_site = site;

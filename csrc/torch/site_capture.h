@@ -24,13 +24,13 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "page_arena.h"
 #include "ridgescope/recorder.h"
 
 namespace ridgescope::sources {
@@ -75,10 +75,12 @@ PythonFrameWalker* python_frame_walker() noexcept;
 // nodes created on a thread (at::sequence_number) at the start and end of every module call on
 // that thread. Bounded: at each training step the calls that began before the step before are
 // forgotten (their graphs have run; a long run's memory stays flat), and past kMaxCalls per
-// thread the oldest are (their nodes then have no module).
+// thread the oldest are (their nodes then have no module). A thread's calls are kept in a ring
+// that only grows (doubling) until it holds two steps' calls, in a PageArena: nothing here is in
+// the C heap, and a steady run allocates nothing after its first steps.
 class ModuleRanges {
  public:
-  static constexpr std::size_t kMaxCalls = 1u << 17;
+  static constexpr std::size_t kMaxCalls = 1u << 17;  // a power of two (the ring's largest size)
   void enter(std::uint32_t module_id) noexcept;  // the module's name (trace string id)
   void exit() noexcept;
   // A training step ended: forgets the calls that began before the previous step ended, and
@@ -87,6 +89,9 @@ class ModuleRanges {
   // The innermost module whose call on forward thread `thread_id` spanned sequence number
   // `seq`; 0 when none is known.
   std::uint32_t module_of(std::uint64_t thread_id, std::uint64_t seq) const noexcept;
+  // The calls the ring of forward thread `thread_id` has room for (0: none seen); it changes
+  // only when the ring grows.
+  std::size_t capacity(std::uint64_t thread_id) const noexcept;
 
  private:
   struct Call {
@@ -94,13 +99,38 @@ class ModuleRanges {
     std::uint64_t parent = UINT64_MAX;          // absolute index of the enclosing call
     std::uint32_t module_id = 0;
   };
+  // The calls of one thread in order of start (and so of begin), oldest first: a ring whose
+  // size is a power of two, its slots in the ModuleRanges' arena.
+  class CallRing {
+   public:
+    explicit CallRing(detail::PageArena* arena) noexcept : arena_(arena) {}
+    std::size_t size() const noexcept { return count_; }
+    bool empty() const noexcept { return count_ == 0; }
+    std::size_t capacity() const noexcept { return capacity_; }
+    Call& operator[](std::size_t i) noexcept { return slots_[(head_ + i) & (capacity_ - 1)]; }
+    const Call& operator[](std::size_t i) const noexcept { return slots_[(head_ + i) & (capacity_ - 1)]; }
+    Call& front() noexcept { return (*this)[0]; }
+    void push_back(const Call& c);  // grows (doubling, up to kMaxCalls) when full; may throw
+    void pop_front() noexcept {
+      head_ = (head_ + 1) & (capacity_ - 1);
+      --count_;
+    }
+
+   private:
+    detail::PageArena* arena_;
+    Call* slots_ = nullptr;
+    std::size_t capacity_ = 0, head_ = 0, count_ = 0;
+  };
   struct Thread {
     std::uint64_t base = 0;  // absolute index of calls.front()
-    std::deque<Call> calls;  // in order of start (and so of begin)
+    CallRing calls;
     std::uint64_t step_mark = 0;  // absolute index of the first call after the last step end
   };
+  static_assert((kMaxCalls & (kMaxCalls - 1)) == 0 && kMaxCalls >= 64, "the ring's sizes are powers of two");
   mutable std::mutex mutex_;  // leaf lock
-  absl::flat_hash_map<std::uint64_t, Thread> threads_;
+  // Where the rings and the map live: memory of their own, not the C heap (page_arena.h).
+  detail::PageArena arena_;  // declared before the map: outlives it
+  detail::ArenaHashMap<std::uint64_t, Thread> threads_{&arena_};
 };
 
 class SiteCapture {

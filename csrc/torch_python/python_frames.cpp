@@ -167,8 +167,11 @@ struct CodeInfo {
 struct ThreadFrames {
   std::uint64_t generation = 0, roots_version = 0;
   std::shared_ptr<const Roots> roots;
-  absl::flat_hash_map<const void*, CodeInfo> code;
-  absl::flat_hash_map<std::uint64_t, std::uint32_t> lines;  // (serial << 32 | lasti) -> frame id
+  // The session's caches, in memory of their own (page_arena.h): they fill during the user's
+  // first steps and would otherwise stay between their tensors in the C heap.
+  detail::PageArena arena;  // declared before the maps: outlives them
+  detail::ArenaHashMap<const void*, CodeInfo> code{&arena};
+  detail::ArenaHashMap<std::uint64_t, std::uint32_t> lines{&arena};  // (serial << 32 | lasti) -> frame id
   std::uint32_t next_serial = 1;
   std::string file, name;  // scratch
   // The last walk: the frames it read (innermost first, up to where it stopped) and what it
@@ -292,8 +295,9 @@ class Walker final : public PythonFrameWalker {
     ThreadFrames& t = t_frames;
     const std::uint64_t version = g_roots_version.load(std::memory_order_acquire);
     if (t.generation != generation || t.roots_version != version) {
-      t.code.clear();
-      t.lines.clear();
+      decltype(t.code)(&t.arena).swap(t.code);
+      decltype(t.lines)(&t.arena).swap(t.lines);
+      t.arena.release();
       t.last.valid = false;
       t.generation = generation;
       t.roots_version = version;

@@ -28,7 +28,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
-#include <unordered_map>
+#include <memory>
 #include <vector>
 
 #include "ridgescope/chunk_sink.h"
@@ -36,6 +36,10 @@
 #include "ridgescope/stack.h"
 
 namespace ridgescope {
+
+namespace detail {
+class InternTable;  // page_arena.h
+}  // namespace detail
 
 struct RecorderStats {
   std::uint64_t events = 0;           // records accepted (all kinds)
@@ -166,9 +170,11 @@ class Recorder {
   std::string error_;
   RecorderStats stats_;
   std::uint64_t codec_time_ns_ = 0;  // time of the last encoded record (delta base)
-  std::unordered_map<std::string, std::uint32_t> strings_;
-  std::unordered_map<std::string, std::uint32_t> frames_;  // encoded FrameRecord -> id
-  std::unordered_map<std::string, std::uint32_t> stacks_;  // encoded site and frames -> id
+  // Interned text -> id, in memory of their own (page_arena.h: never in the C heap, where the
+  // entries a session adds during the user's first steps would sit between their tensors).
+  const std::unique_ptr<detail::InternTable> strings_;
+  const std::unique_ptr<detail::InternTable> frames_;  // encoded FrameRecord -> id
+  const std::unique_ptr<detail::InternTable> stacks_;  // encoded site and frames -> id
   std::thread writer_;
 };
 

@@ -268,9 +268,9 @@ def test_the_previous_cpu_allocator_is_restored(trace_path):
 def test_a_tracked_step_leaves_no_garbage_for_the_cycle_collector(trace_path):
     """Scenario: TinyGPT steps with AdamW, the cyclic garbage collector off, first untracked and
     then inside rs.track with the defaults.
-    Then Python's collector finds nothing to free after the untracked steps (the workload makes
-    no reference cycles) and nothing after the tracked ones: what tracking does in a step is
-    freed when it ends, not in the collector's later pauses."""
+    Then Python's collector finds as much to free after the tracked steps as after the untracked
+    ones (nothing, in a process where nothing else left hooks behind): what tracking does in a
+    step is freed when it ends, not in the collector's later pauses."""
     model = make_gpt()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
@@ -284,10 +284,14 @@ def test_a_tracked_step_leaves_no_garbage_for_the_cycle_collector(trace_path):
             gc.enable()
 
     train(model, opt, lambda i: gpt_inputs(8, i), gpt_loss, steps=2)  # optimizer state made
-    assert garbage_after(5, 0) == 0
+    untracked = garbage_after(5, 0)
     with rs.track(model=model, optimizer=opt, out=trace_path):
         train(model, opt, lambda i: gpt_inputs(8, i), gpt_loss, steps=2)  # the session's first steps
-        assert garbage_after(5, 2) == 0
+        tracked = garbage_after(5, 2)
+    # None in a fresh process: the workload makes no reference cycles. A framework that ran earlier
+    # in the same test process (Lightning's DDP strategy) can leave hooks that make some in every
+    # step, tracked or not, so the tracked steps are held to the untracked ones.
+    assert tracked == untracked
 
 
 def test_a_stopped_session_holds_no_recording_buffer(trace_path):

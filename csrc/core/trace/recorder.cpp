@@ -13,6 +13,7 @@
 #endif
 
 #include "byte_codec.h"
+#include "page_arena.h"
 #include "record_codec.h"
 #include "ridgescope/clock.h"
 #include "ridgescope/trace_format.h"
@@ -51,7 +52,12 @@ Recorder::Recorder(const std::string& path, RecorderOptions options)
     : Recorder(make_file_sink(path), options) {}
 
 Recorder::Recorder(std::unique_ptr<ChunkSink> sink, RecorderOptions options)
-    : sink_(std::move(sink)), options_(clamp(options)), origin_ns_(monotonic_now_ns()) {
+    : sink_(std::move(sink)),
+      options_(clamp(options)),
+      origin_ns_(monotonic_now_ns()),
+      strings_(std::make_unique<detail::InternTable>()),
+      frames_(std::make_unique<detail::InternTable>()),
+      stacks_(std::make_unique<detail::InternTable>()) {
   current_.reserve(options_.chunk_bytes + 1024);
   writer_ = std::thread([this] { writer_loop(); });
 }
@@ -85,10 +91,9 @@ std::uint32_t Recorder::intern(std::string_view text) noexcept {
   if (text.empty()) return 0;
   std::unique_lock<std::mutex> lock(mutex_);
   try {
-    auto it = strings_.find(std::string(text));
-    if (it != strings_.end()) return it->second;
-    const auto id = static_cast<std::uint32_t>(strings_.size() + 1);
-    strings_.emplace(std::string(text), id);
+    if (const std::uint32_t known = strings_->find(text)) return known;
+    const auto id = static_cast<std::uint32_t>(strings_->size() + 1);
+    strings_->add(text, id);
     Event e;
     e.kind = EventKind::String;
     e.string_id = id;
@@ -121,10 +126,9 @@ std::uint32_t Recorder::intern_frame(const FrameRecord& r) noexcept {
     detail::put_varint(key, r.line);
     detail::put_varint(key, r.function_id);
     detail::put_varint(key, r.module_id);
-    auto it = frames_.find(key);
-    if (it != frames_.end()) return it->second;
-    const auto id = static_cast<std::uint32_t>(frames_.size() + 1);
-    frames_.emplace(std::move(key), id);
+    if (const std::uint32_t known = frames_->find(key)) return known;
+    const auto id = static_cast<std::uint32_t>(frames_->size() + 1);
+    frames_->add(key, id);
     std::string record;
     detail::encode_frame_record(id, r, record);
     append_definition_locked(record);
@@ -146,10 +150,9 @@ std::uint32_t Recorder::intern_stack(const std::uint32_t* frames, std::size_t co
     std::string key;
     detail::put_varint(key, site);
     for (std::size_t i = 0; i < count; ++i) detail::put_varint(key, frames[i]);
-    auto it = stacks_.find(key);
-    if (it != stacks_.end()) return it->second;
-    const auto id = static_cast<std::uint32_t>(stacks_.size() + 1);
-    stacks_.emplace(std::move(key), id);
+    if (const std::uint32_t known = stacks_->find(key)) return known;
+    const auto id = static_cast<std::uint32_t>(stacks_->size() + 1);
+    stacks_->add(key, id);
     std::string record;
     detail::encode_stack_record(id, frames, count, site, record);
     append_definition_locked(record);

@@ -124,3 +124,45 @@ SCENARIO("a module call still open at a step's end is kept, with the calls insid
     ranges.exit();  // no-op when already closed; leaves no call open on this thread
   }
 }
+
+SCENARIO("a steady run stops allocating: the ring holds a step's calls and no longer grows",
+         "[torch][sites]") {
+  const std::uint64_t thread = at::RecordFunction::currentThreadId();
+  GIVEN("steps of 300 module calls each, nested three deep, after the first two steps") {
+    ModuleRanges ranges;
+    auto run_step = [&](std::uint32_t step) {
+      for (std::uint32_t call = 0; call < 100; ++call) {
+        ranges.enter(step * 1000 + call);
+        ranges.enter(1);
+        call_creating_a_node(ranges, 2);
+        ranges.exit();
+        ranges.exit();
+      }
+      ranges.on_step();
+    };
+    run_step(0);
+    run_step(1);
+    const std::size_t settled = ranges.capacity(thread);
+    WHEN("1,000 more steps run") {
+      std::uint64_t last_outer = 0;
+      for (std::uint32_t step = 2; step < 1002; ++step) {
+        if (step == 1001) {
+          ranges.enter(424242);
+          last_outer = at::sequence_number::get_and_increment();
+          ranges.exit();
+        }
+        run_step(step);
+      }
+      THEN("the ring's size never changed, and holds what it must (two steps of 300 calls)") {
+        CHECK(settled >= 600);
+        CHECK(settled < 2048);
+        CHECK(ranges.capacity(thread) == settled);
+        CHECK(ranges.module_of(thread, last_outer) == 424242);
+      }
+    }
+  }
+  GIVEN("no call on a thread") {
+    ModuleRanges ranges;
+    THEN("its ring has no room at all") { CHECK(ranges.capacity(thread) == 0); }
+  }
+}
