@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace ridgescope {
 
@@ -31,7 +32,7 @@ class ChunkSink {
   virtual const std::string& path() const noexcept = 0;
   // One chunk payload of `records` records (docs/trace_format.md), in recording order. Returns
   // false when it could not be written; error() then says why.
-  virtual bool write_chunk(const std::string& payload, std::uint32_t records) noexcept = 0;
+  virtual bool write_chunk(std::string_view payload, std::uint32_t records) noexcept = 0;
   // The last call: writes what the sink still holds and closes the file.
   virtual bool close() noexcept = 0;
   virtual std::string error() const = 0;

@@ -29,6 +29,7 @@
 #include <string_view>
 #include <thread>
 #include <memory>
+#include <memory_resource>
 #include <vector>
 
 #include "ridgescope/chunk_sink.h"
@@ -149,15 +150,20 @@ class Recorder {
   mutable std::mutex mutex_;  // leaf lock: guards everything below
   std::condition_variable wake_writer_;
   std::condition_variable written_;
-  std::string current_;
+  // The chunks' bytes, on pages of their own (detail::page_mappings()), never in the C heap: a
+  // session's chunk buffers live as long as it does, and in the heap they would sit between the
+  // user's tensors.
+  using ChunkBytes = std::pmr::string;
+  ChunkBytes new_chunk() const;  // empty, with room for a chunk
+  ChunkBytes current_;
   std::uint32_t current_records_ = 0;
   std::uint64_t current_started_ns_ = 0;
-  std::deque<std::pair<std::string, std::uint32_t>> queue_;
+  std::deque<std::pair<ChunkBytes, std::uint32_t>> queue_;
   // Written chunks' buffers, kept for the next hand-offs (at most kSpareChunks): a session makes
   // its chunk buffers once, so that recording neither allocates nor frees a chunk's worth of the
   // C heap on the training thread, which would move where glibc trims and grows it.
   static constexpr std::size_t kSpareChunks = 2;
-  std::vector<std::string> spare_;
+  std::vector<ChunkBytes> spare_;
   std::uint64_t spare_bytes_ = 0;  // their capacity, bytes
   std::uint64_t queued_bytes_ = 0;
   bool writing_ = false;

@@ -37,7 +37,7 @@ ChunkSinkStats FlightFile::stats() const noexcept {
   return stats_;
 }
 
-bool FlightFile::append(const std::string& payload, std::uint32_t records, std::int64_t step) {
+bool FlightFile::append(std::string_view payload, std::uint32_t records, std::int64_t step) {
   if (file_ == nullptr) return false;
   if (!write_chunk(file_, payload, records)) return fail("cannot write the trace file");
   const std::uint64_t n = trace_format::kChunkHeaderBytes + payload.size();

@@ -29,7 +29,7 @@ class FlightFile {
   ~FlightFile();
 
   // Writes one chunk belonging to `step` (or kKept); not flushed.
-  bool append(const std::string& payload, std::uint32_t records, std::int64_t step);
+  bool append(std::string_view payload, std::uint32_t records, std::int64_t step);
   bool flush();
   // Whether the file holds enough dropped bytes to be rewritten: at least `slack` and at least
   // as much as it keeps (checked again only once the file has grown by slack / 4).

@@ -45,7 +45,7 @@ class FlightSink final : public ChunkSink {
   std::string error() const override { return file_.error(); }
   ChunkSinkStats stats() const noexcept override { return file_.stats(); }
 
-  bool write_chunk(const std::string& payload, std::uint32_t records) noexcept override {
+  bool write_chunk(std::string_view payload, std::uint32_t records) noexcept override {
     if (closed_ || failed_) return false;
     bool ok = false;
     try {
@@ -164,7 +164,7 @@ class FlightSink final : public ChunkSink {
   }
 
   // Decodes the record at *pos; false at the end of the payload.
-  bool next(const std::string& payload, std::size_t* pos, Event* e, std::string_view* record,
+  bool next(std::string_view payload, std::size_t* pos, Event* e, std::string_view* record,
             std::uint64_t* before) {
     while (*pos < payload.size()) {
       const std::size_t start = *pos;
@@ -181,7 +181,7 @@ class FlightSink final : public ChunkSink {
   }
 
   // keep_steps == 0: the payload as it came, then the summaries it completed.
-  bool write_whole(const std::string& payload, std::uint32_t records) {
+  bool write_whole(std::string_view payload, std::uint32_t records) {
     std::size_t pos = 0;
     Event e;
     std::string_view record;
@@ -193,7 +193,7 @@ class FlightSink final : public ChunkSink {
     return file_.append(payload, records, FlightFile::kKept) && flush_buffers() && file_.flush();
   }
 
-  bool write_sorted(const std::string& payload) {
+  bool write_sorted(std::string_view payload) {
     std::size_t pos = 0;
     Event e;
     std::string_view record;

@@ -26,7 +26,7 @@ std::FILE* create_trace_file(const std::string& path) {
   return file;
 }
 
-bool write_chunk(std::FILE* file, const std::string& payload, std::uint32_t records) {
+bool write_chunk(std::FILE* file, std::string_view payload, std::uint32_t records) {
   if (file == nullptr) return false;
   char header[trace_format::kChunkHeaderBytes];
   put_u32(header, trace_format::kChunkMagic);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 #include "ridgescope/trace_format.h"
 
@@ -17,6 +18,6 @@ std::FILE* create_trace_file(const std::string& path);
 
 // Writes one chunk (its 16-byte header and the payload); false on an I/O error (errno says
 // why). Does not flush.
-bool write_chunk(std::FILE* file, const std::string& payload, std::uint32_t records);
+bool write_chunk(std::FILE* file, std::string_view payload, std::uint32_t records);
 
 }  // namespace ridgescope::detail

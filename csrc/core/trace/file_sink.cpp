@@ -23,7 +23,7 @@ class FileSink final : public ChunkSink {
 
   const std::string& path() const noexcept override { return path_; }
 
-  bool write_chunk(const std::string& payload, std::uint32_t records) noexcept override {
+  bool write_chunk(std::string_view payload, std::uint32_t records) noexcept override {
     if (file_ == nullptr) return false;
     if (!detail::write_chunk(file_, payload, records) || std::fflush(file_) != 0) {
       error_ = "cannot write the trace file '" + path_ + "': " + std::strerror(errno);

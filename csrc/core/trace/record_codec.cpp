@@ -32,7 +32,8 @@ class TimedPayload {
     varint(static_cast<std::uint64_t>(static_cast<std::int64_t>(d.index) + 1));
   }
   // Appends the whole record to `out` in one call.
-  void append_record(EventKind kind, std::string& out) {
+  template <class Out>
+  void append_record(EventKind kind, Out& out) {
     buf_[0] = static_cast<char>(kind);
     buf_[1] = static_cast<char>(n_ - 2);  // payload bytes, < 0x80: a one-byte varint
     out.append(buf_, n_);
@@ -45,22 +46,22 @@ class TimedPayload {
 static_assert(TimedPayload::kMax < 0x80, "a timed payload's length must be a one-byte varint");
 
 // Strings and metadata: the text makes the payload as long as it is.
-void encode_text_record(const Event& e, std::string& out) {
-  thread_local std::string payload;
-  payload.clear();
-  put_varint(payload, e.string_id);
-  payload.append(e.text.data(), e.text.size());
-  out.push_back(static_cast<char>(e.kind));
-  put_varint(out, payload.size());
-  out.append(payload);
+template <class Out>
+void encode_text_record(const Event& e, Out& out) {
+  std::string id;  // the payload's first field; then its length, in the record's header
+  put_varint(id, e.string_id);
+  std::string header(1, static_cast<char>(e.kind));
+  put_varint(header, id.size() + e.text.size());
+  out.append(header);
+  out.append(id);
+  out.append(e.text.data(), e.text.size());
 }
-
-}  // namespace
 
 // Timed records (every kind but string and metadata) are the recorder's hot path: one per
 // allocator callback. They are built in a stack buffer and appended once; the bytes are those of
 // docs/trace_format.md (tests/cpp/core/trace/test_record_codec.cpp spells them out).
-void encode_record(const Event& e, CodecClock& clock, std::string& out) {
+template <class Out>
+void encode_record_to(const Event& e, CodecClock& clock, Out& out) {
   if (e.kind == EventKind::String || e.kind == EventKind::Metadata) {
     encode_text_record(e, out);
     return;
@@ -154,6 +155,11 @@ void encode_record(const Event& e, CodecClock& clock, std::string& out) {
   }
   p.append_record(e.kind, out);
 }
+
+}  // namespace
+
+void encode_record(const Event& e, CodecClock& clock, std::string& out) { encode_record_to(e, clock, out); }
+void encode_record(const Event& e, CodecClock& clock, std::pmr::string& out) { encode_record_to(e, clock, out); }
 
 namespace {
 void append_definition(EventKind kind, const std::string& payload, std::string& out) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory_resource>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +21,7 @@ struct CodecClock {
 };
 
 void encode_record(const Event& event, CodecClock& clock, std::string& out);
+void encode_record(const Event& event, CodecClock& clock, std::pmr::string& out);  // the recorder's chunks
 
 // The untimed definitions of format version 2 (docs/trace_format.md, "Frames and stacks").
 void encode_frame_record(std::uint32_t id, const FrameRecord& frame, std::string& out);

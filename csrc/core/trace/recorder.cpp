@@ -55,14 +55,20 @@ Recorder::Recorder(std::unique_ptr<ChunkSink> sink, RecorderOptions options)
     : sink_(std::move(sink)),
       options_(clamp(options)),
       origin_ns_(monotonic_now_ns()),
+      current_(new_chunk()),
       strings_(std::make_unique<detail::InternTable>()),
       frames_(std::make_unique<detail::InternTable>()),
       stacks_(std::make_unique<detail::InternTable>()) {
-  current_.reserve(options_.chunk_bytes + 1024);
   writer_ = std::thread([this] { writer_loop(); });
 }
 
 Recorder::~Recorder() { close(); }
+
+Recorder::ChunkBytes Recorder::new_chunk() const {
+  ChunkBytes chunk(detail::page_mappings());
+  chunk.reserve(options_.chunk_bytes + 1024);
+  return chunk;
+}
 
 void Recorder::record(Event event) noexcept {
   std::unique_lock<std::mutex> lock(mutex_);
@@ -182,7 +188,7 @@ void Recorder::append_definition_locked(const std::string& record) {
 // The recorder's buffers now: the queued chunks, the one being filled, the written ones kept.
 // An empty string's capacity is its inline storage, not a buffer on the heap.
 std::uint64_t Recorder::held_locked() const noexcept {
-  const std::uint64_t current = current_.capacity() > std::string().capacity() ? current_.capacity() : 0;
+  const std::uint64_t current = current_.capacity() > ChunkBytes().capacity() ? current_.capacity() : 0;
   return queued_bytes_ + current + spare_bytes_;
 }
 
@@ -237,8 +243,7 @@ void Recorder::hand_off_locked() {
     spare_.pop_back();
     spare_bytes_ -= std::min<std::uint64_t>(spare_bytes_, current_.capacity());
   } else {
-    current_ = std::string();
-    current_.reserve(options_.chunk_bytes + 1024);
+    current_ = new_chunk();
   }
   current_records_ = 0;
   wake_writer_.notify_one();
@@ -349,9 +354,9 @@ void Recorder::close() noexcept {
   for (auto& chunk : queue_) stats_.dropped_events += chunk.second;  // none unless it failed
   queue_.clear();
   queued_bytes_ = 0;
-  std::string().swap(current_);
+  ChunkBytes(detail::page_mappings()).swap(current_);
   current_records_ = 0;
-  std::vector<std::string>().swap(spare_);
+  std::vector<ChunkBytes>().swap(spare_);
   spare_bytes_ = 0;
   written_.notify_all();
 }

@@ -74,6 +74,26 @@ void* PageArena::do_allocate(std::size_t bytes, std::size_t alignment) {
   return p;
 }
 
+namespace {
+
+class PageMappings final : public std::pmr::memory_resource {
+  void* do_allocate(std::size_t bytes, std::size_t alignment) override {
+    if (alignment > 4096) throw std::bad_alloc();  // a mapping is page-aligned
+    void* p = map_pages(bytes == 0 ? 1 : bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+  }
+  void do_deallocate(void* p, std::size_t bytes, std::size_t) noexcept override { unmap_pages(p, bytes == 0 ? 1 : bytes); }
+  bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override { return this == &other; }
+};
+
+}  // namespace
+
+std::pmr::memory_resource* page_mappings() noexcept {
+  static PageMappings resource;  // stateless: safe to use during static destruction
+  return &resource;
+}
+
 void PageArena::release() noexcept {
   while (blocks_ != nullptr) {
     Block* b = blocks_;

@@ -51,6 +51,11 @@ class PageArena final : public std::pmr::memory_resource {
   std::uint64_t mapped_bytes_ = 0;
 };
 
+// A memory resource that maps every allocation on its own pages and unmaps it when it is freed:
+// for large buffers that come and go (the recorder's chunks), kept out of the C heap like the
+// arena's tables. Thread-safe (stateless).
+std::pmr::memory_resource* page_mappings() noexcept;
+
 // A hash map whose table lives in a PageArena: ArenaHashMap<K, V> m(ArenaAllocator<K, V>(&arena)).
 template <class K, class V>
 using ArenaAllocator = std::pmr::polymorphic_allocator<std::pair<const K, V>>;
