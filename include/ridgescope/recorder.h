@@ -4,7 +4,8 @@
 //
 // Hot path: record() is called from allocator callbacks on any thread. It takes one leaf mutex
 // (no other lock is ever taken while holding it), never throws, never calls torch or Python and
-// allocates only through the C++ heap into a bounded buffer. A background thread writes full
+// appends to a bounded buffer; the chunk buffers and the intern tables are on pages of their own,
+// never in the C heap (csrc/core/util/page_arena.h), where they would sit between the user's tensors. A background thread writes full
 // chunks and flushes a partial one every flush interval, so a process killed mid-run leaves a
 // readable prefix. When the writer falls behind by more than the queue bound, every append
 // (record, record_timed, intern, metadata) waits for it: memory stays bounded, at most
