@@ -22,6 +22,8 @@ namespace {
 
 constexpr std::size_t kMaxBlockBytes = 4 * 1024 * 1024;
 
+// Page mappings where the platform has mmap; elsewhere (Windows, not a supported platform for
+// tracking) the C heap, so that the core still builds and behaves the same, minus the placement.
 void* map_pages(std::size_t bytes) noexcept {
 #if defined(_WIN32)
   return std::malloc(bytes);
