@@ -31,6 +31,43 @@ std::string& payload() {
   return t_payload;
 }
 
+// A record of fixed fields built in a stack buffer and appended once: the same bytes as
+// payload() and append(), without the thread-local string (whose address the compiler may
+// compute again at every byte it appends). The writer encodes one checkpoint block per live
+// block at every step.
+class FixedPayload {
+ public:
+  // Room for the largest user, a checkpoint block (a device and 17 fields: at most 92 bytes as
+  // the fields' widths go, 174 if every field were 64 bits).
+  static constexpr std::size_t kMax = 4 + 17 * 10;
+  void varint(std::uint64_t v) noexcept {
+    while (v >= 0x80) {
+      buf_[n_++] = static_cast<char>((v & 0x7F) | 0x80);
+      v >>= 7;
+    }
+    buf_[n_++] = static_cast<char>(v);
+  }
+  void device(Device d) noexcept {
+    varint(static_cast<std::uint64_t>(d.type));
+    varint(static_cast<std::uint64_t>(static_cast<std::int64_t>(d.index) + 1));
+  }
+  void append_to(EventKind kind, std::string& out) const {
+    char header[1 + 10];
+    std::size_t h = 0;
+    header[h++] = static_cast<char>(kind);
+    for (std::uint64_t v = n_; ; v >>= 7) {
+      header[h++] = static_cast<char>(v >= 0x80 ? (v & 0x7F) | 0x80 : v);
+      if (v < 0x80) break;
+    }
+    out.append(header, h);
+    out.append(buf_, n_);
+  }
+
+ private:
+  char buf_[kMax];
+  std::size_t n_ = 0;
+};
+
 bool category(FieldReader& r, Category* c) {
   std::uint8_t v = 0;
   if (!r.u8(&v)) return false;
@@ -41,9 +78,9 @@ bool category(FieldReader& r, Category* c) {
 }  // namespace
 
 void encode_time_base(std::uint64_t time_ns, std::string& out) {
-  std::string& p = payload();
-  put_varint(p, time_ns);
-  append(EventKind::TimeBase, p, out);
+  FixedPayload p;
+  p.varint(time_ns);
+  p.append_to(EventKind::TimeBase, out);
 }
 
 void encode_step_summary(const StepSummary& s, std::string& out) {
@@ -89,57 +126,57 @@ void encode_checkpoint(const Checkpoint& c, std::string& out) {
 }
 
 void encode_checkpoint_segment(Device device, std::uint64_t addr, std::uint64_t bytes, std::string& out) {
-  std::string& p = payload();
-  put_device(p, device);
-  put_varint(p, addr);
-  put_varint(p, bytes);
-  append(EventKind::CheckpointSegment, p, out);
+  FixedPayload p;
+  p.device(device);
+  p.varint(addr);
+  p.varint(bytes);
+  p.append_to(EventKind::CheckpointSegment, out);
 }
 
 void encode_checkpoint_external(const Event& e, std::string& out) {
-  std::string& p = payload();
-  put_device(p, e.device);
-  put_varint(p, e.addr);
-  put_varint(p, e.bytes);
-  put_varint(p, e.flags);      // the API
-  put_varint(p, e.string_id);  // the library
-  put_varint(p, e.thread);
-  put_varint(p, e.stack_id);
-  append(EventKind::CheckpointExternal, p, out);
+  FixedPayload p;
+  p.device(e.device);
+  p.varint(e.addr);
+  p.varint(e.bytes);
+  p.varint(e.flags);      // the API
+  p.varint(e.string_id);  // the library
+  p.varint(e.thread);
+  p.varint(e.stack_id);
+  p.append_to(EventKind::CheckpointExternal, out);
 }
 
 void encode_checkpoint_block(const CheckpointBlock& b, std::string& out) {
-  std::string& p = payload();
-  put_device(p, b.device);
-  put_varint(p, b.addr);
-  put_varint(p, b.bytes);
-  put_varint(p, b.requested_bytes);
-  put_varint(p, b.stream);
-  put_varint(p, b.context_id);
-  put_varint(p, b.stack_id);
-  put_varint(p, b.alloc_phase_id);
-  put_varint(p, b.alloc_step);
-  put_varint(p, b.lifetime);
-  put_varint(p, static_cast<std::uint64_t>(static_cast<std::int64_t>(b.alloc_instance) + 1));
-  put_varint(p, b.tags);
-  put_varint(p, static_cast<std::uint64_t>(b.first_strong));
-  put_varint(p, b.first_strong_label);
-  put_varint(p, static_cast<std::uint64_t>(b.weak));
-  put_varint(p, b.weak_label);
-  put_varint(p, static_cast<std::uint64_t>(b.current));
-  put_varint(p, b.current_label);
-  append(EventKind::CheckpointBlock, p, out);
+  FixedPayload p;  // a device and 17 fields: FixedPayload::kMax
+  p.device(b.device);
+  p.varint(b.addr);
+  p.varint(b.bytes);
+  p.varint(b.requested_bytes);
+  p.varint(b.stream);
+  p.varint(b.context_id);
+  p.varint(b.stack_id);
+  p.varint(b.alloc_phase_id);
+  p.varint(b.alloc_step);
+  p.varint(b.lifetime);
+  p.varint(static_cast<std::uint64_t>(static_cast<std::int64_t>(b.alloc_instance) + 1));
+  p.varint(b.tags);
+  p.varint(static_cast<std::uint64_t>(b.first_strong));
+  p.varint(b.first_strong_label);
+  p.varint(static_cast<std::uint64_t>(b.weak));
+  p.varint(b.weak_label);
+  p.varint(static_cast<std::uint64_t>(b.current));
+  p.varint(b.current_label);
+  p.append_to(EventKind::CheckpointBlock, out);
 }
 
 void encode_resolve(Device device, std::uint64_t addr, Category category, std::uint8_t flags,
                     std::uint32_t label_id, std::string& out) {
-  std::string& p = payload();
-  put_device(p, device);
-  put_varint(p, addr);
-  put_varint(p, static_cast<std::uint64_t>(category));
-  put_varint(p, flags);
-  put_varint(p, label_id);
-  append(EventKind::Resolve, p, out);
+  FixedPayload p;
+  p.device(device);
+  p.varint(addr);
+  p.varint(static_cast<std::uint64_t>(category));
+  p.varint(flags);
+  p.varint(label_id);
+  p.append_to(EventKind::Resolve, out);
 }
 
 bool is_flight_kind(std::uint8_t kind, std::uint32_t version) {

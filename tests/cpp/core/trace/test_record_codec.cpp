@@ -347,3 +347,118 @@ SCENARIO("format 2: frame and stack records define the tables, untimed", "[core]
     }
   }
 }
+
+SCENARIO("the flight recorder's fixed records carry the documented fields, extremes included",
+         "[core][codec][flight]") {
+  const std::uint64_t big = UINT64_MAX;
+  const Device cuda{DeviceType::CUDA, 32767};
+  const Device cpu{DeviceType::CPU, -1};
+  GIVEN("a checkpoint block with every field at its widest") {
+    CheckpointBlock b;
+    b.device = cuda;
+    b.addr = big;
+    b.bytes = big - 1;
+    b.requested_bytes = big - 2;
+    b.stream = big - 3;
+    b.context_id = 0xFFFFFFFFu;
+    b.stack_id = 0xFFFFFFFEu;
+    b.alloc_phase_id = 0xFFFFFFFDu;
+    b.alloc_step = big - 4;
+    b.lifetime = 31;
+    b.alloc_instance = 65535;
+    b.tags = 3;
+    b.first_strong = Category::OptimizerState;
+    b.first_strong_label = 0xFFFFFFFCu;
+    b.weak = Category::Activation;
+    b.weak_label = 0xFFFFFFFBu;
+    b.current = Category::Gradient;
+    b.current_label = 0xFFFFFFFAu;
+    WHEN("it is encoded") {
+      std::string out = "x";  // appended after what the buffer holds
+      detail::encode_checkpoint_block(b, out);
+      THEN("the bytes are the kind, the payload's length and the fields in the documented order") {
+        std::vector<std::uint8_t> p;
+        device(p, cuda);
+        for (std::uint64_t v : {big, big - 1, big - 2, big - 3}) leb128(p, v);
+        for (std::uint64_t v : {0xFFFFFFFFull, 0xFFFFFFFEull, 0xFFFFFFFDull}) leb128(p, v);
+        leb128(p, big - 4);
+        leb128(p, 31);
+        leb128(p, 65536);  // alloc_instance + 1
+        leb128(p, 3);
+        leb128(p, static_cast<std::uint64_t>(Category::OptimizerState));
+        leb128(p, 0xFFFFFFFCull);
+        leb128(p, static_cast<std::uint64_t>(Category::Activation));
+        leb128(p, 0xFFFFFFFBull);
+        leb128(p, static_cast<std::uint64_t>(Category::Gradient));
+        leb128(p, 0xFFFFFFFAull);
+        CHECK(p.size() == 92);  // the longest a block can be
+        std::vector<std::uint8_t> expected{'x'};
+        const auto r = record(EventKind::CheckpointBlock, p);
+        expected.insert(expected.end(), r.begin(), r.end());
+        CHECK(bytes_of(out) == expected);
+      }
+      THEN("it decodes to the same block") {
+        std::size_t pos = 1;
+        detail::CodecClock clock;
+        Event e;
+        detail::FlightPayload flight;
+        REQUIRE(detail::decode_record(out, &pos, clock, &e, trace_format::kVersion, nullptr, &flight) ==
+                detail::DecodeStatus::Ok);
+        CHECK(pos == out.size());
+        const CheckpointBlock& d = flight.block;
+        CHECK(d.device.type == cuda.type);
+        CHECK(d.device.index == cuda.index);
+        CHECK((d.addr == big && d.bytes == big - 1 && d.requested_bytes == big - 2 && d.stream == big - 3));
+        CHECK((d.context_id == b.context_id && d.stack_id == b.stack_id && d.alloc_phase_id == b.alloc_phase_id));
+        CHECK((d.alloc_step == b.alloc_step && d.lifetime == 31 && d.alloc_instance == 65535 && d.tags == 3));
+        CHECK((d.first_strong == b.first_strong && d.first_strong_label == b.first_strong_label));
+        CHECK((d.weak == b.weak && d.weak_label == b.weak_label && d.current == b.current &&
+               d.current_label == b.current_label));
+      }
+    }
+  }
+  GIVEN("a time base, a segment, an external block and a resolution") {
+    std::string out;
+    detail::encode_time_base(big, out);
+    detail::encode_checkpoint_segment(cuda, big, 0x80, out);
+    Event x;
+    x.device = cpu;
+    x.addr = 0x7F;
+    x.bytes = big;
+    x.flags = 2;
+    x.string_id = 0x80;
+    x.thread = 0xFFFFFFFFu;
+    x.stack_id = 9;
+    detail::encode_checkpoint_external(x, out);
+    detail::encode_resolve(cuda, 0x80, Category::Workspace, 0xFF, 0xFFFFFFFFu, out);
+    THEN("each is its kind, its payload's length and its fields") {
+      std::vector<std::uint8_t> expected, p;
+      leb128(p, big);
+      auto r = record(EventKind::TimeBase, p);
+      expected.insert(expected.end(), r.begin(), r.end());
+      p.clear();
+      device(p, cuda);
+      leb128(p, big);
+      leb128(p, 0x80);
+      r = record(EventKind::CheckpointSegment, p);
+      expected.insert(expected.end(), r.begin(), r.end());
+      p.clear();
+      device(p, cpu);
+      for (std::uint64_t v : {std::uint64_t{0x7F}, big, std::uint64_t{2}, std::uint64_t{0x80},
+                              std::uint64_t{0xFFFFFFFFu}, std::uint64_t{9}}) {
+        leb128(p, v);
+      }
+      r = record(EventKind::CheckpointExternal, p);
+      expected.insert(expected.end(), r.begin(), r.end());
+      p.clear();
+      device(p, cuda);
+      leb128(p, 0x80);
+      leb128(p, static_cast<std::uint64_t>(Category::Workspace));
+      leb128(p, 0xFF);
+      leb128(p, 0xFFFFFFFFull);
+      r = record(EventKind::Resolve, p);
+      expected.insert(expected.end(), r.begin(), r.end());
+      CHECK(bytes_of(out) == expected);
+    }
+  }
+}
