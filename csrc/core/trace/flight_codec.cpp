@@ -31,43 +31,6 @@ std::string& payload() {
   return t_payload;
 }
 
-// A record of fixed fields built in a stack buffer and appended once: the same bytes as
-// payload() and append(), without the thread-local string (whose address the compiler may
-// compute again at every byte it appends). The writer encodes one checkpoint block per live
-// block at every step.
-class FixedPayload {
- public:
-  // Room for the largest user, a checkpoint block (a device and 17 fields: at most 92 bytes as
-  // the fields' widths go, 174 if every field were 64 bits).
-  static constexpr std::size_t kMax = 4 + 17 * 10;
-  void varint(std::uint64_t v) noexcept {
-    while (v >= 0x80) {
-      buf_[n_++] = static_cast<char>((v & 0x7F) | 0x80);
-      v >>= 7;
-    }
-    buf_[n_++] = static_cast<char>(v);
-  }
-  void device(Device d) noexcept {
-    varint(static_cast<std::uint64_t>(d.type));
-    varint(static_cast<std::uint64_t>(static_cast<std::int64_t>(d.index) + 1));
-  }
-  void append_to(EventKind kind, std::string& out) const {
-    char header[1 + 10];
-    std::size_t h = 0;
-    header[h++] = static_cast<char>(kind);
-    for (std::uint64_t v = n_; ; v >>= 7) {
-      header[h++] = static_cast<char>(v >= 0x80 ? (v & 0x7F) | 0x80 : v);
-      if (v < 0x80) break;
-    }
-    out.append(header, h);
-    out.append(buf_, n_);
-  }
-
- private:
-  char buf_[kMax];
-  std::size_t n_ = 0;
-};
-
 bool category(FieldReader& r, Category* c) {
   std::uint8_t v = 0;
   if (!r.u8(&v)) return false;
@@ -78,9 +41,9 @@ bool category(FieldReader& r, Category* c) {
 }  // namespace
 
 void encode_time_base(std::uint64_t time_ns, std::string& out) {
-  FixedPayload p;
+  RecordBuffer p;
   p.varint(time_ns);
-  p.append_to(EventKind::TimeBase, out);
+  p.append_record(EventKind::TimeBase, out);
 }
 
 void encode_step_summary(const StepSummary& s, std::string& out) {
@@ -126,27 +89,22 @@ void encode_checkpoint(const Checkpoint& c, std::string& out) {
 }
 
 void encode_checkpoint_segment(Device device, std::uint64_t addr, std::uint64_t bytes, std::string& out) {
-  FixedPayload p;
+  RecordBuffer p;
   p.device(device);
   p.varint(addr);
   p.varint(bytes);
-  p.append_to(EventKind::CheckpointSegment, out);
+  p.append_record(EventKind::CheckpointSegment, out);
 }
 
 void encode_checkpoint_external(const Event& e, std::string& out) {
-  FixedPayload p;
-  p.device(e.device);
-  p.varint(e.addr);
-  p.varint(e.bytes);
-  p.varint(e.flags);      // the API
-  p.varint(e.string_id);  // the library
-  p.varint(e.thread);
+  RecordBuffer p;
+  put_external_fields(p, e);
   p.varint(e.stack_id);
-  p.append_to(EventKind::CheckpointExternal, out);
+  p.append_record(EventKind::CheckpointExternal, out);
 }
 
 void encode_checkpoint_block(const CheckpointBlock& b, std::string& out) {
-  FixedPayload p;  // a device and 17 fields: FixedPayload::kMax
+  RecordBuffer p;  // a device and 17 fields: at most 94 bytes
   p.device(b.device);
   p.varint(b.addr);
   p.varint(b.bytes);
@@ -165,18 +123,18 @@ void encode_checkpoint_block(const CheckpointBlock& b, std::string& out) {
   p.varint(b.weak_label);
   p.varint(static_cast<std::uint64_t>(b.current));
   p.varint(b.current_label);
-  p.append_to(EventKind::CheckpointBlock, out);
+  p.append_record(EventKind::CheckpointBlock, out);
 }
 
 void encode_resolve(Device device, std::uint64_t addr, Category category, std::uint8_t flags,
                     std::uint32_t label_id, std::string& out) {
-  FixedPayload p;
+  RecordBuffer p;
   p.device(device);
   p.varint(addr);
   p.varint(static_cast<std::uint64_t>(category));
   p.varint(flags);
   p.varint(label_id);
-  p.append_to(EventKind::Resolve, out);
+  p.append_record(EventKind::Resolve, out);
 }
 
 bool is_flight_kind(std::uint8_t kind, std::uint32_t version) {

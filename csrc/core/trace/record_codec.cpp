@@ -14,36 +14,6 @@ std::int64_t unzigzag(std::uint64_t v) {
 }
 
 
-// A timed record built in a stack buffer: the kind byte, the payload's length, then the payload.
-// Every field is a varint, so the largest payload (an alloc: time delta, device, four 64-bit
-// fields, thread, module context, stack) is 69 bytes, and its length always fits one varint byte.
-class TimedPayload {
- public:
-  static constexpr std::size_t kMax = 96;  // payload bytes
-  void varint(std::uint64_t v) noexcept {
-    while (v >= 0x80) {
-      buf_[n_++] = static_cast<char>((v & 0x7F) | 0x80);
-      v >>= 7;
-    }
-    buf_[n_++] = static_cast<char>(v);
-  }
-  void device(Device d) noexcept {
-    varint(static_cast<std::uint64_t>(d.type));
-    varint(static_cast<std::uint64_t>(static_cast<std::int64_t>(d.index) + 1));
-  }
-  // Appends the whole record to `out` in one call.
-  template <class Out>
-  void append_record(EventKind kind, Out& out) {
-    buf_[0] = static_cast<char>(kind);
-    buf_[1] = static_cast<char>(n_ - 2);  // payload bytes, < 0x80: a one-byte varint
-    out.append(buf_, n_);
-  }
-
- private:
-  char buf_[kMax + 2];
-  std::size_t n_ = 2;  // the payload starts after the kind byte and the length byte
-};
-static_assert(TimedPayload::kMax < 0x80, "a timed payload's length must be a one-byte varint");
 
 // Strings and metadata: the text makes the payload as long as it is.
 template <class Out>
@@ -69,7 +39,7 @@ void encode_record_to(const Event& e, CodecClock& clock, Out& out) {
   // Frames, stacks and the flight records carry their content outside Event: encode_frame_record,
   // encode_stack_record, flight_codec.cpp.
   if (static_cast<std::uint8_t>(e.kind) >= 64) return;
-  TimedPayload p;
+  RecordBuffer p;
   p.varint(zigzag(static_cast<std::int64_t>(e.time_ns - clock.last_time_ns)));
   clock.last_time_ns = e.time_ns;
   switch (e.kind) {
@@ -130,12 +100,7 @@ void encode_record_to(const Event& e, CodecClock& clock, Out& out) {
       p.varint(e.thread);
       break;
     case EventKind::ExternalAlloc:
-      p.device(e.device);
-      p.varint(e.addr);
-      p.varint(e.bytes);
-      p.varint(e.flags);      // the API
-      p.varint(e.string_id);  // the library
-      p.varint(e.thread);
+      put_external_fields(p, e);
       if (e.stack_id != 0) p.varint(e.stack_id);  // trailing and optional
       break;
     case EventKind::ExternalFree:

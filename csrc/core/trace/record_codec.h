@@ -20,6 +20,49 @@ struct CodecClock {
   std::uint64_t last_time_ns = 0;
 };
 
+// A record of varint fields built in a stack buffer and appended whole: the kind byte, the
+// payload's length, then the payload. For the hot and frequent records (every timed kind; the
+// flight recorder's checkpoint blocks), whose payloads are at most kMax bytes by their fields'
+// widths (an alloc 69, a checkpoint block 94), so that the length is always one byte.
+class RecordBuffer {
+ public:
+  static constexpr std::size_t kMax = 96;  // payload bytes
+  void varint(std::uint64_t v) noexcept {
+    while (v >= 0x80) {
+      buf_[n_++] = static_cast<char>((v & 0x7F) | 0x80);
+      v >>= 7;
+    }
+    buf_[n_++] = static_cast<char>(v);
+  }
+  void device(Device d) noexcept {
+    varint(static_cast<std::uint64_t>(d.type));
+    varint(static_cast<std::uint64_t>(static_cast<std::int64_t>(d.index) + 1));
+  }
+  // Appends the whole record to `out` in one call.
+  template <class Out>
+  void append_record(EventKind kind, Out& out) {
+    buf_[0] = static_cast<char>(kind);
+    buf_[1] = static_cast<char>(n_ - 2);  // payload bytes, < 0x80: a one-byte varint
+    out.append(buf_, n_);
+  }
+
+ private:
+  static_assert(kMax < 0x80, "a payload's length must be a one-byte varint");
+  char buf_[kMax + 2];
+  std::size_t n_ = 2;  // the payload starts after the kind byte and the length byte
+};
+
+// The fields an allocation outside PyTorch and its checkpoint record share, in their order
+// (their stack id follows: optional in the one, always present in the other).
+inline void put_external_fields(RecordBuffer& p, const Event& e) noexcept {
+  p.device(e.device);
+  p.varint(e.addr);
+  p.varint(e.bytes);
+  p.varint(e.flags);      // the API
+  p.varint(e.string_id);  // the library
+  p.varint(e.thread);
+}
+
 void encode_record(const Event& event, CodecClock& clock, std::string& out);
 void encode_record(const Event& event, CodecClock& clock, std::pmr::string& out);  // the recorder's chunks
 
