@@ -50,14 +50,7 @@ struct SiteCapture::ThreadCache {
   std::string key;
 
   // A new session: every map empty, their memory given back.
-  void reset() {
-    decltype(site_stacks)(&arena).swap(site_stacks);
-    decltype(node_frames)(&arena).swap(node_frames);
-    decltype(node_names)(&arena).swap(node_names);
-    decltype(stacks)(&arena).swap(stacks);
-    decltype(native)(&arena).swap(native);
-    arena.release();
-  }
+  void reset() { detail::empty_and_release(arena, site_stacks, node_frames, node_names, stacks, native); }
 };
 
 namespace {

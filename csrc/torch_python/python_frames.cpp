@@ -295,9 +295,7 @@ class Walker final : public PythonFrameWalker {
     ThreadFrames& t = t_frames;
     const std::uint64_t version = g_roots_version.load(std::memory_order_acquire);
     if (t.generation != generation || t.roots_version != version) {
-      decltype(t.code)(&t.arena).swap(t.code);
-      decltype(t.lines)(&t.arena).swap(t.lines);
-      t.arena.release();
+      detail::empty_and_release(t.arena, t.code, t.lines);
       t.last.valid = false;
       t.generation = generation;
       t.roots_version = version;

@@ -4,13 +4,14 @@
 //
 // Hot path: record() is called from allocator callbacks on any thread. It takes one leaf mutex
 // (no other lock is ever taken while holding it), never throws, never calls torch or Python and
-// appends to a bounded buffer; the chunk buffers and the intern tables are on pages of their own,
-// never in the C heap (csrc/core/util/page_arena.h), where they would sit between the user's tensors. A background thread writes full
-// chunks and flushes a partial one every flush interval, so a process killed mid-run leaves a
-// readable prefix. When the writer falls behind by more than the queue bound, every append
-// (record, record_timed, intern, metadata) waits for it: memory stays bounded, at most
-// (max_queued_chunks + one per recording thread + the chunk being written + the one being
-// filled) x the chunk size; the written buffers kept for the next hand-offs are among these.
+// appends to a bounded buffer. The chunk buffers and the intern tables are on pages of their
+// own, never in the C heap (csrc/core/util/page_arena.h), where they would sit between the
+// user's tensors. A background thread writes full chunks and flushes a partial one every flush
+// interval, so a process killed mid-run leaves a readable prefix. When the writer falls behind
+// by more than the queue bound, every append (record, record_timed, intern, metadata) waits for
+// it: memory stays bounded, at most (max_queued_chunks + one per recording thread + the chunk
+// being written + the one being filled) x the chunk size; the written buffers kept for the next
+// hand-offs are among these.
 // A thread that waits for the writer (a full queue, flush(), close()) writes the queued chunks
 // itself, in order, whenever the writer is not writing one: a writer that gets no CPU time
 // (RecorderOptions::idle_writer) can delay the file but never stall recording for long.
@@ -28,9 +29,9 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <memory>
 #include <memory_resource>
+#include <thread>
 #include <vector>
 
 #include "ridgescope/chunk_sink.h"
@@ -161,8 +162,8 @@ class Recorder {
   std::uint64_t current_started_ns_ = 0;
   std::deque<std::pair<ChunkBytes, std::uint32_t>> queue_;
   // Written chunks' buffers, kept for the next hand-offs (at most kSpareChunks): a session makes
-  // its chunk buffers once, so that recording neither allocates nor frees a chunk's worth of the
-  // C heap on the training thread, which would move where glibc trims and grows it.
+  // its chunk buffers once, so that recording does not map and unmap a chunk's pages on the
+  // training thread at every hand-off.
   static constexpr std::size_t kSpareChunks = 2;
   std::vector<ChunkBytes> spare_;
   std::uint64_t spare_bytes_ = 0;  // their capacity, bytes

@@ -13,8 +13,6 @@ std::int64_t unzigzag(std::uint64_t v) {
   return static_cast<std::int64_t>(v >> 1) ^ -static_cast<std::int64_t>(v & 1);
 }
 
-
-
 // Strings and metadata: the text makes the payload as long as it is.
 template <class Out>
 void encode_text_record(const Event& e, Out& out) {

@@ -56,12 +56,20 @@ class PageArena final : public std::pmr::memory_resource {
 // arena's tables. Thread-safe (stateless).
 std::pmr::memory_resource* page_mappings() noexcept;
 
-// A hash map whose table lives in a PageArena: ArenaHashMap<K, V> m(ArenaAllocator<K, V>(&arena)).
+// A hash map whose table lives in a PageArena: ArenaHashMap<K, V> m{&arena}.
 template <class K, class V>
 using ArenaAllocator = std::pmr::polymorphic_allocator<std::pair<const K, V>>;
 template <class K, class V, class Hash = typename absl::flat_hash_map<K, V>::hasher,
           class Eq = typename absl::flat_hash_map<K, V>::key_equal>
 using ArenaHashMap = absl::flat_hash_map<K, V, Hash, Eq, ArenaAllocator<K, V>>;
+
+// Empties every map (their tables given back to `arena`, a no-op) and then gives the arena's pages
+// back to the kernel: for a cache whose maps are the arena's only users (a new session's).
+template <class... Maps>
+void empty_and_release(PageArena& arena, Maps&... maps) {
+  (Maps(&arena).swap(maps), ...);
+  arena.release();
+}
 
 // An append-only map from text to a number, its keys and table in a PageArena of its own (the
 // recorder's interned strings, frames and stacks).
