@@ -28,11 +28,15 @@ class RecordBuffer {
  public:
   static constexpr std::size_t kMax = 96;  // payload bytes
   void varint(std::uint64_t v) noexcept {
+    // The count lives in a local while the bytes are stored: a char store may alias any object,
+    // this one's n_ included, so a loop on n_ itself would reload and store it at every byte.
+    std::size_t n = n_;
     while (v >= 0x80) {
-      buf_[n_++] = static_cast<char>((v & 0x7F) | 0x80);
+      buf_[n++] = static_cast<char>((v & 0x7F) | 0x80);
       v >>= 7;
     }
-    buf_[n_++] = static_cast<char>(v);
+    buf_[n++] = static_cast<char>(v);
+    n_ = n;
   }
   void device(Device d) noexcept {
     varint(static_cast<std::uint64_t>(d.type));

@@ -178,11 +178,12 @@ void Recorder::append_definition_locked(const std::string& record) {
   }
   if (current_.size() + record.size() > trace_format::kMaxChunkBytes) hand_off_locked();
   if (current_.empty()) current_started_ns_ = monotonic_now_ns();
+  const std::size_t capacity = current_.capacity();
   current_.append(record);
   ++current_records_;
   ++stats_.events;
+  if (current_.capacity() != capacity) note_held_locked();  // a record longer than the room left
   if (current_.size() >= options_.chunk_bytes) hand_off_locked();
-  note_held_locked();
 }
 
 // The recorder's buffers now: the queued chunks, the one being filled, the written ones kept.
@@ -222,13 +223,15 @@ void Recorder::append_locked(const Event& event) {
   try {
     if (current_.size() + event.text.size() + 64 > trace_format::kMaxChunkBytes) hand_off_locked();
     if (current_.empty()) current_started_ns_ = monotonic_now_ns();
+    const std::size_t capacity = current_.capacity();
     detail::CodecClock clock{codec_time_ns_};
     detail::encode_record(event, clock, current_);
     codec_time_ns_ = clock.last_time_ns;
     ++current_records_;
     ++stats_.events;
+    // What the buffers hold changes only when the chunk grows or is handed off (which notes it).
+    if (current_.capacity() != capacity) note_held_locked();
     if (current_.size() >= options_.chunk_bytes) hand_off_locked();
-    note_held_locked();
   } catch (...) {
     fail_locked("out of memory while recording an event");
   }
@@ -246,6 +249,7 @@ void Recorder::hand_off_locked() {
     current_ = new_chunk();
   }
   current_records_ = 0;
+  note_held_locked();
   wake_writer_.notify_one();
 }
 
@@ -283,6 +287,7 @@ bool Recorder::write_front_locked(std::unique_lock<std::mutex>& lock) {
     try {
       spare_.push_back(std::move(chunk.first));
       spare_bytes_ += spare_.back().capacity();
+      note_held_locked();  // a kept buffer counts its capacity, the queue counted its size
     } catch (...) {
     }
   }
@@ -393,6 +398,8 @@ RecorderStats Recorder::stats() const {
     std::lock_guard<std::mutex> lock(mutex_);
     s = stats_;
     s.buffer_bytes = held_locked();
+    // The peak is noted where the buffers grow; the chunk being filled counts from its start.
+    s.buffer_bytes_peak = std::max(s.buffer_bytes_peak, s.buffer_bytes);
   }
   const ChunkSinkStats written = sink_->stats();
   s.bytes_written = written.bytes_written;

@@ -10,11 +10,14 @@
 namespace ridgescope::detail {
 
 inline void put_varint(std::string& out, std::uint64_t v) {
+  char bytes[10];  // built here and appended once: a byte-by-byte push_back checks room each time
+  std::size_t n = 0;
   while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+    bytes[n++] = static_cast<char>((v & 0x7F) | 0x80);
     v >>= 7;
   }
-  out.push_back(static_cast<char>(v));
+  bytes[n++] = static_cast<char>(v);
+  out.append(bytes, n);
 }
 
 // Reads a varint at *pos; returns false (without moving *pos) when it runs past the end or
