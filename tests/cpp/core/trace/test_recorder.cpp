@@ -120,6 +120,35 @@ SCENARIO("a closed recorder gives its chunk buffers back", "[core][recorder]") {
   }
 }
 
+SCENARIO("a record longer than the room left in its chunk counts in the buffers' peak",
+         "[core][recorder]") {
+  GIVEN("a recorder with 4 KiB chunks whose writer writes nothing, holding one small event") {
+    TempPath path;
+    Recorder rec(path.str(), small_chunks(4096, 4));
+    rec.pause_writer_for_testing();
+    rec.record(alloc_event(0x1000, 64));
+    const std::uint64_t before = rec.stats().buffer_bytes_peak;
+    WHEN("a 64 KiB metadata record is appended to that chunk (which has room for 5 KiB)") {
+      rec.metadata("big", "\"" + std::string(64 * 1024, 'x') + "\"");
+      const RecorderStats during = rec.stats();
+      THEN("the chunk grew to hold it, and the peak counts the grown buffer before any reading of it") {
+        CHECK(before >= 4096);
+        CHECK(during.dropped_events == 0);
+        CHECK(during.buffer_bytes >= 64 * 1024);
+        CHECK(during.buffer_bytes_peak >= during.buffer_bytes);
+      }
+      AND_WHEN("the recorder is closed") {
+        rec.close();
+        THEN("the peak still reports the grown chunk, and every record is on disk") {
+          CHECK(rec.stats().buffer_bytes == 0);
+          CHECK(rec.stats().buffer_bytes_peak >= 64 * 1024);
+          CHECK(count_events(path.str()) == 3);  // the event, the key's string, the metadata
+        }
+      }
+    }
+  }
+}
+
 SCENARIO("a writer that gets no CPU time delays the file but never stalls recording",
          "[core][recorder]") {
   GIVEN("a recorder with 1 KiB chunks and a queue of 2 whose writer thread writes nothing") {
