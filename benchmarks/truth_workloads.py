@@ -81,11 +81,18 @@ def free_stacks(path: Path):
     path.write_text(json.dumps([f[1:] for f in frees]))
 
 
+# Extra rs.track() arguments for every workload (benchmarks/activation_modes.py runs each with
+# activations=True and with activations=False); and whether to record the frees' stacks.
+TRACK_OPTIONS: dict = {}
+FREE_STACKS = True
+
+
 def tracked(out: Path, name: str, model: nn.Module, opt: torch.optim.Optimizer | None,
             loop: Callable[[], None]) -> Path:
     path = out / f"{name}.rstrace"
-    with free_stacks(Path(f"{path}.frees.json")):
-        with rs.track(model=model, optimizer=opt, out=path, stacks="python") as session:
+    frees = free_stacks(Path(f"{path}.frees.json")) if FREE_STACKS else contextlib.nullcontext()
+    with frees:
+        with rs.track(model=model, optimizer=opt, out=path, stacks="python", **TRACK_OPTIONS) as session:
             loop()
     if session.error:
         raise RuntimeError(f"{name}: tracking failed: {session.error}")

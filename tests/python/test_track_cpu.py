@@ -318,9 +318,10 @@ def test_a_trace_reports_the_same_as_the_session(trace_path):
 
 @pytest.mark.parametrize("workload", ["mlp", "gpt"])
 def test_without_the_saved_tensor_hook_activations_are_inferred_the_same(workload, tmp_path):
-    """Given activations=False (no saved-tensor hook, the low-overhead mode), the activation
-    bytes at the peak match the hook's to within 1 %, unknown stays under 1 %, and the
-    inferred activations are labelled with the module that made them."""
+    """Given activations=False (no saved-tensor hook, the low-overhead mode), the peak and its
+    activation bytes are the hook's to the byte, unknown stays under 1 % (the targets this loop
+    keeps in a variable until the next batch: the hook calls them input), and the inferred
+    activations are labelled with the module that made them."""
     make_model, make_batches, loss_fn = WORKLOADS[workload]
     _, _, hooked, _ = tracked_run(workload, tmp_path / "hook.rstrace")
     model = make_model()
@@ -328,8 +329,8 @@ def test_without_the_saved_tensor_hook_activations_are_inferred_the_same(workloa
     with rs.track(model=model, optimizer=opt, out=tmp_path / "life.rstrace", activations=False) as s:
         train(model, opt, make_batches(16), loss_fn, 3)
     life = s.report().to_dict()
-    assert life["peak"]["by_category"]["activation"] == pytest.approx(
-        hooked["peak"]["by_category"]["activation"], rel=0.01)
+    assert life["peak"]["bytes"] == hooked["peak"]["bytes"]
+    assert life["peak"]["by_category"]["activation"] == hooked["peak"]["by_category"]["activation"]
     assert life["peak"]["by_category"]["unknown"] < 0.01 * life["peak"]["bytes"]
     for a, b in zip(phases(life, "forward"), phases(hooked, "forward")):
         assert a["end_by_category"]["activation"] == pytest.approx(

@@ -121,7 +121,10 @@ Resolved BlockLifetimes::resolve(const BlockLife& b, bool freed) const {
     // Made in forward (or in a recomputation, or between forward and backward, where the
     // loss is computed) and freed by backward: what autograd saved.
     if ((b.forwardish || (b.instance == 0 && have_forward_)) && stack_has(PhaseKind::Backward)) {
-      r.category = Category::Activation;
+      // Made outside every phase before the current forward began and freed by its backward:
+      // data the step saved for backward without the model making it (the targets a loss
+      // saves, made with the batch). An input, as the saved-tensor hook's weak tag makes it.
+      r.category = !b.forwardish && b.position < last_forward_begin_ ? Category::Input : Category::Activation;
       return r;
     }
   }

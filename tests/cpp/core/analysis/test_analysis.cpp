@@ -408,6 +408,35 @@ SCENARIO("the loss computed between forward and backward is an inferred activati
   CHECK(cat(r.peak.by_category, Category::Unknown) == 4);
 }
 
+SCENARIO("a block made before forward and freed by backward is an inferred input", "[core][analysis]") {
+  GIVEN("a step whose targets are made with the batch, outside every phase, before forward") {
+    TempPath path;
+    {
+      TraceBuilder t(path.str());
+      for (int step = 0; step < 2; ++step) {
+        const std::uint64_t base = 0x1000 * static_cast<std::uint64_t>(step + 1);
+        t.alloc(base + 0x100, 24);  // the targets: saved by the loss, not an argument of the model
+        t.begin("forward").alloc(base + 0x200, 400).end("forward");
+        t.alloc(base + 0x300, 100);  // the loss's log-softmax, after forward, outside every phase
+        t.begin("backward").free(base + 0x300).free(base + 0x200).free(base + 0x100).end("backward");
+        t.step(static_cast<std::uint64_t>(step));
+      }
+    }
+    const Report r = analyze_trace(path.str());
+    THEN("in every step the targets are an inferred input, what forward and the loss made activations") {
+      for (std::size_t step = 0; step < 2; ++step) {
+        const auto& fwd = find_phase(r, step, "forward");
+        CHECK(cat(fwd.end_by_category, Category::Input) == 24);
+        CHECK(cat(fwd.end_by_category, Category::Activation) == 400);
+      }
+      CHECK(cat(r.peak.by_category, Category::Input) == 24);
+      CHECK(cat(r.peak.by_category, Category::Activation) == 500);
+      CHECK(cat(r.peak.inferred_by_category, Category::Input) == 24);
+      CHECK(cat(r.peak.by_category, Category::Unknown) == 0);
+    }
+  }
+}
+
 SCENARIO("a block made while torch.compile compiles and kept after it is a buffer",
          "[core][analysis]") {
   GIVEN("a first forward that compiles: a lifted constant kept, a scratch block freed") {

@@ -1,0 +1,160 @@
+"""How far lifetime inference (``activations=False``) is from the saved-tensor hook, block by block.
+
+The default recording tags activations with torch's saved-tensor hook, which is exact and costs
+torch's hook machinery a few microseconds per saved tensor (docs/performance.md, issue 25).
+``activations=False`` installs no hook and infers activations from lifetimes
+(docs/categories.md). This benchmark measures that inference against the hook's exact answer on
+the ground-truth workloads (benchmarks/truth_workloads.py): each workload runs twice, from the
+same seed, once with the hook and once without, and the two traces are compared.
+
+* The two runs make the same allocations in the same order (the hook allocates no tensor): the
+  n-th allocation of both has the same size. Where the orders differ (autocast's casts), the
+  allocations are paired along the longest runs of equal sizes, and those left over are
+  reported (``unpaired_bytes``), not scored. Every allocation's
+  category comes from each trace's snapshot export (``report.to_snapshot``): the hook's is the
+  truth, the lifetime run's the inference.
+* ``allocated``: over every allocation of the run, each counted once with its bytes: the share
+  of bytes in a different category (``wrong``) and half the L1 distance of the two compositions
+  (``misattributed``).
+* ``peak``: the peak of each report (bytes, and composition by category): ``bytes_equal`` and
+  half the L1 distance of the two compositions as a share of the hook run's peak.
+* ``confusion``: bytes by (hook's category -> lifetime's category) over the allocations that
+  differ.
+* ``activation``: precision and recall, by bytes, of the lifetime run's ``activation`` against
+  the hook's.
+
+The DDP workload is left out: its ranks start their own sessions in processes of their own.
+Prints ONE JSON object; ``--out FILE`` writes a copy.
+
+    python benchmarks/activation_modes.py                 # about 2 minutes on 2 cores
+    python benchmarks/activation_modes.py --workloads transformer_adamw,checkpoint_reentrant
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import pickle
+import platform
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import truth_workloads  # noqa: E402
+from _emit import emit_json  # noqa: E402
+
+import ridgescope as rs  # noqa: E402
+
+SKIPPED = {"ddp_gloo": "its ranks start their own sessions in processes of their own"}
+
+
+def allocations(trace: Path, work: Path, tag: str) -> tuple[list[tuple[int, str]], dict]:
+    """(size, category) of every allocation of the trace, in order, and its report's peak."""
+    report = rs.load(trace)
+    path = work / f"{trace.stem}.{tag}.pickle"
+    report.to_snapshot(path)
+    with open(path, "rb") as f:
+        snapshot = pickle.load(f)  # noqa: S301 - ridgescope's own export of the run just made
+    out = [(e["size"], e.get("category", "unknown"))
+           for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
+    return out, report.to_dict()["peak"]
+
+
+def paired(hook: list[tuple[int, str]], life: list[tuple[int, str]]) -> list[tuple[int, str, str]]:
+    """(bytes, hook's category, lifetime's category) of the allocations the two runs share: the
+    same sizes in the same order (difflib's longest matching runs of the size sequences)."""
+    if [n for n, _ in hook] == [n for n, _ in life]:
+        return [(n, a, b) for (n, a), (_, b) in zip(hook, life)]
+    matcher = difflib.SequenceMatcher(None, [n for n, _ in hook], [n for n, _ in life], autojunk=False)
+    return [(hook[i + k][0], hook[i + k][1], life[j + k][1])
+            for i, j, size in matcher.get_matching_blocks() for k in range(size)]
+
+
+def half_l1(a: dict[str, int], b: dict[str, int]) -> int:
+    return sum(abs(a.get(c, 0) - b.get(c, 0)) for c in set(a) | set(b)) // 2
+
+
+def run(name: str, work: Path, steps: int, activations: bool) -> Path:
+    truth_workloads.TRACK_OPTIONS = {"activations": activations}
+    sub = work / ("hook" if activations else "lifetime")
+    sub.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    return truth_workloads.WORKLOADS[name](sub, steps)
+
+
+def measure(name: str, work: Path, steps: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    hook, hook_peak = allocations(run(name, work, steps, True), work, "hook")
+    life, life_peak = allocations(run(name, work, steps, False), work, "lifetime")
+    pairs = paired(hook, life)
+    total = sum(n for n, _, _ in pairs)
+    wrong = sum(n for n, a, b in pairs if a != b)
+    truth, said = defaultdict(int), defaultdict(int)
+    confusion: dict[str, int] = defaultdict(int)
+    for n, a, b in pairs:
+        truth[a] += n
+        said[b] += n
+        if a != b:
+            confusion[f"{a} -> {b}"] += n
+    tp = sum(n for n, a, b in pairs if a == b == "activation")
+    act_truth, act_said = truth.get("activation", 0), said.get("activation", 0)
+    peak_l1 = half_l1(hook_peak["by_category"], life_peak["by_category"])
+    return {
+        "workload": name,
+        "allocations": len(hook),
+        # allocations of one run with no same-sized counterpart in the other's order (autocast's
+        # casts can come in another order): left out of the comparison, their bytes reported
+        "unpaired_bytes": sum(n for n, _ in hook) + sum(n for n, _ in life) - 2 * total,
+        "allocated": {"bytes": total, "wrong": round(wrong / total, 5) if total else 0.0,
+                      "misattributed": round(half_l1(truth, said) / total, 5) if total else 0.0},
+        "peak": {"hook_bytes": hook_peak["bytes"], "lifetime_bytes": life_peak["bytes"],
+                 "bytes_equal": hook_peak["bytes"] == life_peak["bytes"],
+                 "misattributed": round(peak_l1 / hook_peak["bytes"], 5) if hook_peak["bytes"] else 0.0,
+                 "hook_by_category": {c: n for c, n in hook_peak["by_category"].items() if n},
+                 "lifetime_by_category": {c: n for c, n in life_peak["by_category"].items() if n}},
+        "activation": {"hook_bytes": act_truth, "lifetime_bytes": act_said,
+                       "precision": round(tp / act_said, 4) if act_said else None,
+                       "recall": round(tp / act_truth, 4) if act_truth else None},
+        "confusion": dict(sorted(confusion.items(), key=lambda kv: -kv[1])),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    names_all = [n for n in truth_workloads.WORKLOADS if n not in SKIPPED]
+    p.add_argument("--workloads", default=",".join(names_all), help="comma-separated (default: all but DDP)")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--out", default=None, help="also write the JSON to this file")
+    args = p.parse_args(argv)
+    names = [n for n in args.workloads.split(",") if n]
+    unknown = [n for n in names if n not in truth_workloads.WORKLOADS or n in SKIPPED]
+    if unknown:
+        p.error(f"unknown or skipped workloads {unknown}; known: {', '.join(names_all)}")
+    truth_workloads.FREE_STACKS = False  # the frees' stacks are the snapshot benchmark's, not needed here
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    results = []
+    with tempfile.TemporaryDirectory(prefix="activation-modes-") as tmp:
+        for name in names:
+            print(f"[activation_modes] {name} ...", file=sys.stderr, flush=True)
+            r = measure(name, Path(tmp) / name, args.steps)
+            results.append(r)
+            print(f"[activation_modes] {name}: allocated wrong {r['allocated']['wrong']:.2%}, peak "
+                  f"misattributed {r['peak']['misattributed']:.2%}, equal bytes {r['peak']['bytes_equal']}",
+                  file=sys.stderr, flush=True)
+    out = {"schema_version": 1, "benchmark": "activation_modes", "date": time.strftime("%Y-%m-%d"),
+           "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "python": platform.python_version(),
+           "torch": torch.__version__, "ridgescope": rs.__version__, "steps": args.steps,
+           "skipped": SKIPPED, "workloads": results}
+    emit_json(out, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
