@@ -16,6 +16,10 @@ these variants:
   tracked_bounded_idle_writer
                     the same with ``RIDGESCOPE_WRITER=idle``: the trace writer thread at the
                     idle scheduling class instead of the normal one (recorder.h), not a default
+  tracked_bounded_lifetime
+                    ``tracked_bounded`` with ``activations=False`` (no saved-tensor hook): with
+                    ``tracked`` and ``tracked_lifetime`` it separates the hook's cost from the
+                    bounded recording's
   tracked_nosites   the same with ``stacks=None``: no allocation site (docs/sites.md)
   tracked_python    the same with ``stacks="python"``: the whole Python stack of every allocation
   tracked_lifetime  the default with ``activations=False``: no saved-tensor hook, activations
@@ -90,12 +94,14 @@ from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
 import ridgescope as rs  # noqa: E402
 
 VARIANTS = ("untracked", "untracked_control", "tracked", "tracked_bounded",
-            "tracked_bounded_idle_writer", "tracked_nosites", "tracked_python", "tracked_lifetime",
+            "tracked_bounded_idle_writer", "tracked_bounded_lifetime", "tracked_nosites", "tracked_python",
+            "tracked_lifetime",
             "profiler", "compiled", "compiled_tracked", "compiled_tracked_lifetime")
 DEFAULT_VARIANTS = ("untracked", "untracked_control", "tracked", "tracked_bounded", "tracked_nosites",
                     "tracked_python", "tracked_lifetime", "profiler")
 TRACKED = {"tracked": {"keep_steps": "all"}, "tracked_bounded": {"keep_steps": 20},
            "tracked_bounded_idle_writer": {"keep_steps": 20},
+           "tracked_bounded_lifetime": {"keep_steps": 20, "activations": False},
            "tracked_nosites": {"stacks": None}, "tracked_python": {"stacks": "python"},
            "tracked_lifetime": {"activations": False},
            "compiled_tracked": {}, "compiled_tracked_lifetime": {"activations": False}}
