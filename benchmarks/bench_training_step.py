@@ -74,6 +74,7 @@ import argparse
 import gc
 import os
 import platform
+import random
 import resource
 import statistics
 import sys
@@ -230,6 +231,22 @@ def run_round(variant: str, trainer: Trainer, args: argparse.Namespace, tmp: Pat
         return times
 
     raise ValueError(variant)
+
+
+def median_ci95(xs: list[float], resamples: int = 2000) -> list[float]:
+    """A 95 % bootstrap interval of the median of ``xs`` (seeded: the same rounds give the same
+    interval). On a shared machine it says whether a per-round median above or below a target
+    could be the rounds' noise."""
+    if len(xs) < 2:
+        return [round(xs[0], 4)] * 2 if xs else []
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(resamples))
+    return [round(meds[int(0.025 * resamples)], 4), round(meds[int(0.975 * resamples) - 1], 4)]
+
+
+def per_round_summary(rr: list[float]) -> dict[str, Any]:
+    return {"min": round(min(rr), 4), "median": round(statistics.median(rr), 4), "max": round(max(rr), 4),
+            "ci95": median_ci95(rr)}
 
 
 def position_ratios(times: list[float], base: list[float], args: argparse.Namespace
@@ -408,9 +425,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             ratios[f"{v}_over_untracked"] = round(statistics.median(times[v]) / base, 4)
             rr = [a / b for a, b in zip(round_medians[v], round_medians["untracked"])]
-            per_round[f"{v}_over_untracked"] = {"min": round(min(rr), 4),
-                                                "median": round(statistics.median(rr), 4),
-                                                "max": round(max(rr), 4)}
+            per_round[f"{v}_over_untracked"] = per_round_summary(rr)
             by_position[f"{v}_over_untracked"] = position_ratios(times[v], times["untracked"],
                                                                  args)
             fault_free[f"{v}_over_untracked"] = fault_free_ratio(
@@ -422,9 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             ratios[f"{v}_over_compiled"] = round(statistics.median(times[v]) / base, 4)
             rr = [a / b for a, b in zip(round_medians[v], round_medians["compiled"])]
-            per_round[f"{v}_over_compiled"] = {"min": round(min(rr), 4),
-                                               "median": round(statistics.median(rr), 4),
-                                               "max": round(max(rr), 4)}
+            per_round[f"{v}_over_compiled"] = per_round_summary(rr)
     out: dict[str, Any] = {
         "schema_version": 2,
         "benchmark": "training_step",
