@@ -89,14 +89,15 @@ class TrackingCpuAllocator final : public c10::Allocator {
   c10::Allocator* inner = nullptr;
 
   c10::DataPtr allocate(size_t n) override {
-    if (g_capacity.load(std::memory_order_relaxed) != 0 && !t_in_source) check_capacity(n);
+    bool& in_source = t_in_source;  // one TLS access for the whole call
+    if (g_capacity.load(std::memory_order_relaxed) != 0 && !in_source) check_capacity(n);
     c10::DataPtr dp = inner->allocate(n);
     void* ptr = dp.get();
-    if (ptr == nullptr || t_in_source || dp.get_context() != ptr) {
+    if (ptr == nullptr || in_source || dp.get_context() != ptr) {
       // Empty, reentrant, or a wrapped context we cannot adopt without changing its meaning.
       return dp;
     }
-    t_in_source = true;
+    in_source = true;
     try {
       std::lock_guard<std::mutex> lock(g_mutex);
       const std::uint32_t generation = g_recorder != nullptr ? g_generation : 0;
@@ -115,7 +116,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
     } catch (...) {
       // Out of memory in the table: the block is simply not tracked.
     }
-    t_in_source = false;
+    in_source = false;
     return dp;
   }
 

@@ -22,9 +22,13 @@ namespace ridgescope {
 namespace {
 
 // A small, stable number per thread for the event's `thread` field (1, 2, ...).
+// A zero-initialised thread_local numbered on first use: one TLS access on every record, where
+// a thread_local with a dynamic initialiser is reached through its guard as well.
+thread_local std::uint32_t t_thread_number = 0;
 std::uint32_t this_thread_number() noexcept {
   static std::atomic<std::uint32_t> next{1};
-  thread_local const std::uint32_t number = next.fetch_add(1, std::memory_order_relaxed);
+  std::uint32_t& number = t_thread_number;
+  if (number == 0) number = next.fetch_add(1, std::memory_order_relaxed);
   return number;
 }
 
@@ -71,18 +75,19 @@ Recorder::ChunkBytes Recorder::new_chunk() const {
 }
 
 void Recorder::record(Event event) noexcept {
+  const std::uint32_t thread = this_thread_number();
   std::unique_lock<std::mutex> lock(mutex_);
   // The clock is read under the lock so that times never go backwards in the stream.
   event.time_ns = monotonic_now_ns() - origin_ns_;
-  event.thread = this_thread_number();
+  event.thread = thread;
   append_locked(event);
-  wait_for_room(lock);
+  if (queue_.size() > options_.max_queued_chunks) wait_for_room(lock);  // the rare case, out of line
 }
 
 void Recorder::record_timed(Event event) noexcept {
   std::unique_lock<std::mutex> lock(mutex_);
   append_locked(event);
-  wait_for_room(lock);
+  if (queue_.size() > options_.max_queued_chunks) wait_for_room(lock);
 }
 
 void Recorder::wait_for_room(std::unique_lock<std::mutex>& lock) noexcept {
