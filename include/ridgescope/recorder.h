@@ -137,7 +137,12 @@ class Recorder {
  private:
   void append_locked(const Event& event);
   void append_definition_locked(const std::string& record);
-  void wait_for_room(std::unique_lock<std::mutex>& lock) noexcept;
+  // Bounded memory: after each record, waits (or writes the oldest chunk itself) while the queue
+  // is over its limit. The check is inline: it is on every record's path, the wait is rare.
+  void wait_for_room(std::unique_lock<std::mutex>& lock) noexcept {
+    if (queue_.size() > options_.max_queued_chunks) wait_for_room_slow(lock);
+  }
+  void wait_for_room_slow(std::unique_lock<std::mutex>& lock) noexcept;
   void hand_off_locked();
   bool write_front_locked(std::unique_lock<std::mutex>& lock);
   std::uint64_t held_locked() const noexcept;

@@ -21,9 +21,9 @@
 namespace ridgescope {
 namespace {
 
-// A small, stable number per thread for the event's `thread` field (1, 2, ...).
-// A zero-initialised thread_local numbered on first use: one TLS access on every record, where
-// a thread_local with a dynamic initialiser is reached through its guard as well.
+// A small, stable number per thread for the event's `thread` field (1, 2, ...): a
+// zero-initialised thread_local numbered on first use, so that every record makes one TLS
+// access, where a thread_local with a dynamic initialiser is reached through its guard too.
 thread_local std::uint32_t t_thread_number = 0;
 std::uint32_t this_thread_number() noexcept {
   static std::atomic<std::uint32_t> next{1};
@@ -81,18 +81,18 @@ void Recorder::record(Event event) noexcept {
   event.time_ns = monotonic_now_ns() - origin_ns_;
   event.thread = thread;
   append_locked(event);
-  if (queue_.size() > options_.max_queued_chunks) wait_for_room(lock);  // the rare case, out of line
+  wait_for_room(lock);
 }
 
 void Recorder::record_timed(Event event) noexcept {
   std::unique_lock<std::mutex> lock(mutex_);
   append_locked(event);
-  if (queue_.size() > options_.max_queued_chunks) wait_for_room(lock);
+  wait_for_room(lock);
 }
 
-void Recorder::wait_for_room(std::unique_lock<std::mutex>& lock) noexcept {
-  // Bounded memory: wait for the writer rather than grow without limit.
-  // Waiting here, this thread writes the oldest chunk itself whenever no one is writing one.
+void Recorder::wait_for_room_slow(std::unique_lock<std::mutex>& lock) noexcept {
+  // Wait for the writer rather than grow without limit. Waiting here, this thread writes the
+  // oldest chunk itself whenever no one is writing one.
   while (queue_.size() > options_.max_queued_chunks && !failed_ && !closed_ && !closing_) {
     if (!write_front_locked(lock)) written_.wait(lock);
   }
