@@ -75,6 +75,8 @@ struct RecorderOptions {
 
 class Recorder {
  public:
+  // The writer thread's name (Linux: /proc/<pid>/task/<tid>/comm, `top -H`; at most 15 bytes).
+  static constexpr const char* kWriterThreadName = "rs-trace-writer";
   // Largest text a String or Metadata record may carry (bytes); larger ones are dropped.
   static constexpr std::size_t kMaxRecordBytes = 16 * 1024 * 1024;
 

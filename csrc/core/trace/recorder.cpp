@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #if defined(__linux__)
+#include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -305,6 +306,8 @@ void Recorder::writer_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
 #if defined(__linux__)
   writer_tid_ = static_cast<int>(syscall(SYS_gettid));
+  // Named, so that `top -H`, py-spy and perf tell it from the training threads.
+  pthread_setname_np(pthread_self(), kWriterThreadName);
   // Not once close() has begun: it returns the writer to the normal class to exit promptly.
   if (options_.idle_writer && !closing_) set_thread_policy(0, SCHED_IDLE);  // refused: stays normal
 #endif

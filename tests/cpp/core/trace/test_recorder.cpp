@@ -4,7 +4,11 @@
 #include <vector>
 
 #if defined(__linux__)
+#include <dirent.h>
 #include <sched.h>
+
+#include <fstream>
+#include <string>
 #endif
 
 #include "catch.h"
@@ -214,6 +218,51 @@ SCENARIO("an idle writer runs at the idle scheduling class, a default one at the
       normal_rec.close();
       CHECK(count_events(idle_path.str()) == 100);
       CHECK(idle_rec.stats().dropped_events == 0);
+    }
+  }
+}
+#endif
+
+#if defined(__linux__)
+namespace {
+// How many threads of this process are named `name` now (/proc/self/task/*/comm).
+int threads_named(const std::string& name) {
+  int n = 0;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + entry->d_name + "/comm");
+    std::string text;
+    if (std::getline(comm, text) && text == name) ++n;
+  }
+  closedir(dir);
+  return n;
+}
+}  // namespace
+
+SCENARIO("the writer thread is named, and gone once the recorder is closed", "[core][recorder]") {
+  const std::string name = Recorder::kWriterThreadName;
+  REQUIRE(name.size() <= 15);  // the kernel's limit for a thread's name
+  GIVEN("no recorder") {
+    const int before = threads_named(name);
+    REQUIRE(before >= 0);
+    WHEN("one is made and its writer has started") {
+      TempPath path;
+      Recorder rec(path.str());
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (rec.writer_policy() == -1 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      THEN("exactly one more thread carries the writer's name, and none after close()") {
+        const auto named_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (threads_named(name) == before && std::chrono::steady_clock::now() < named_deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        CHECK(threads_named(name) == before + 1);
+        rec.close();
+        CHECK(threads_named(name) == before);
+      }
     }
   }
 }
