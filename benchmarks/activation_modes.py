@@ -22,11 +22,20 @@ same seed, once with the hook and once without, and the two traces are compared.
   differ.
 * ``activation``: precision and recall, by bytes, of the lifetime run's ``activation`` against
   the hook's.
+* ``labels``: over the allocations both runs call ``activation``, by bytes, whether the module a
+  user reads agrees. The hook names the module that *saved* the tensor ("activation saved in
+  layers.0.attn"); lifetimes name the module that was running when it was *made* ("activation
+  in layers.0.attn.qkv"). A tensor saved outside every module (the loss's) has no module in the
+  hook's label; one made outside every module has none in the lifetimes'. ``same_module``: the
+  same module (or none in both); ``same_parent``: the same module or one inside the other
+  (``layers.0.attn`` and ``layers.0.attn.qkv``); ``same_block``: the same first two components
+  of the path (``layers.0``), the layer a user looks for; ``differ``: the largest
+  disagreements, ``hook's module -> lifetimes' module: bytes``.
 
 The DDP workload is left out: its ranks start their own sessions in processes of their own.
 Prints ONE JSON object; ``--out FILE`` writes a copy.
 
-    python benchmarks/activation_modes.py                 # about 2 minutes on 2 cores
+    python benchmarks/activation_modes.py                 # about 20 s on 2 cores
     python benchmarks/activation_modes.py --workloads transformer_adamw,checkpoint_reentrant
 """
 from __future__ import annotations
@@ -54,26 +63,72 @@ import ridgescope as rs  # noqa: E402
 SKIPPED = {"ddp_gloo": "its ranks start their own sessions in processes of their own"}
 
 
-def allocations(trace: Path, work: Path, tag: str) -> tuple[list[tuple[int, str]], dict]:
-    """(size, category) of every allocation of the trace, in order, and its report's peak."""
+SAVED_IN = "activation saved in "
+
+
+def named_module(category: str, meta: dict, hook: bool) -> str:
+    """The module a user reads for an allocation: for an activation tagged by the hook, the one
+    its label names as the saver ('' when saved outside the model); otherwise the module that was
+    running when it was made ('' outside every module)."""
+    label = meta.get("label") or ""
+    if hook and category == "activation" and not meta.get("category_inferred", False):
+        return label[len(SAVED_IN):] if label.startswith(SAVED_IN) else ""
+    return meta.get("module") or ""
+
+
+def related(a: str, b: str) -> bool:
+    """The same module, or one inside the other (``layers.0.attn`` and ``layers.0.attn.qkv``)."""
+    return a == b or (a != "" and b != "" and (b.startswith(a + ".") or a.startswith(b + ".")))
+
+
+def block_of(name: str) -> str:
+    return ".".join(name.split(".")[:2])
+
+
+def allocations(trace: Path, work: Path, tag: str) -> tuple[list[tuple[int, str, str]], dict]:
+    """(size, category, module named) of every allocation of the trace, in order, and its
+    report's peak."""
     report = rs.load(trace)
     path = work / f"{trace.stem}.{tag}.pickle"
     report.to_snapshot(path)
     with open(path, "rb") as f:
         snapshot = pickle.load(f)  # noqa: S301 - ridgescope's own export of the run just made
-    out = [(e["size"], e.get("category", "unknown"))
+    out = [(e["size"], e.get("category", "unknown"),
+            named_module(e.get("category", "unknown"), e.get("user_metadata") or {}, tag == "hook"))
            for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
     return out, report.to_dict()["peak"]
 
 
-def paired(hook: list[tuple[int, str]], life: list[tuple[int, str]]) -> list[tuple[int, str, str]]:
-    """(bytes, hook's category, lifetime's category) of the allocations the two runs share: the
-    same sizes in the same order (difflib's longest matching runs of the size sequences)."""
-    if [n for n, _ in hook] == [n for n, _ in life]:
-        return [(n, a, b) for (n, a), (_, b) in zip(hook, life)]
-    matcher = difflib.SequenceMatcher(None, [n for n, _ in hook], [n for n, _ in life], autojunk=False)
-    return [(hook[i + k][0], hook[i + k][1], life[j + k][1])
+def paired(hook: list[tuple[int, str, str]], life: list[tuple[int, str, str]]
+           ) -> list[tuple[int, str, str, str, str]]:
+    """(bytes, hook's category, lifetime's category, hook's module, lifetime's module) of the
+    allocations the two runs share: the same sizes in the same order (difflib's longest matching
+    runs of the size sequences)."""
+    sizes_hook, sizes_life = [a[0] for a in hook], [a[0] for a in life]
+    if sizes_hook == sizes_life:
+        return [(h[0], h[1], l[1], h[2], l[2]) for h, l in zip(hook, life)]
+    matcher = difflib.SequenceMatcher(None, sizes_hook, sizes_life, autojunk=False)
+    return [(hook[i + k][0], hook[i + k][1], life[j + k][1], hook[i + k][2], life[j + k][2])
             for i, j, size in matcher.get_matching_blocks() for k in range(size)]
+
+
+def label_agreement(pairs: list[tuple[int, str, str, str, str]]) -> dict[str, Any]:
+    """Over the allocations both runs call activation: how often, by bytes, the module the user
+    reads agrees (module docstring, ``labels``)."""
+    both = [(n, hm, lm) for n, a, b, hm, lm in pairs if a == b == "activation"]
+    total = sum(n for n, _, _ in both)
+    differ: dict[str, int] = defaultdict(int)
+    for n, hm, lm in both:
+        if hm != lm:
+            differ[f"{hm or '(outside the model)'} -> {lm or '(outside every module)'}"] += n
+
+    def share(pred: Any) -> float | None:
+        return round(sum(n for n, hm, lm in both if pred(hm, lm)) / total, 4) if total else None
+    return {"bytes": total,
+            "same_module": share(lambda a, b: a == b),
+            "same_parent": share(related),
+            "same_block": share(lambda a, b: block_of(a) == block_of(b)),
+            "differ": dict(sorted(differ.items(), key=lambda kv: -kv[1])[:6])}
 
 
 def half_l1(a: dict[str, int], b: dict[str, int]) -> int:
@@ -93,16 +148,16 @@ def measure(name: str, work: Path, steps: int) -> dict[str, Any]:
     hook, hook_peak = allocations(run(name, work, steps, True), work, "hook")
     life, life_peak = allocations(run(name, work, steps, False), work, "lifetime")
     pairs = paired(hook, life)
-    total = sum(n for n, _, _ in pairs)
-    wrong = sum(n for n, a, b in pairs if a != b)
+    total = sum(p[0] for p in pairs)
+    wrong = sum(n for n, a, b, _, _ in pairs if a != b)
     truth, said = defaultdict(int), defaultdict(int)
     confusion: dict[str, int] = defaultdict(int)
-    for n, a, b in pairs:
+    for n, a, b, _, _ in pairs:
         truth[a] += n
         said[b] += n
         if a != b:
             confusion[f"{a} -> {b}"] += n
-    tp = sum(n for n, a, b in pairs if a == b == "activation")
+    tp = sum(n for n, a, b, _, _ in pairs if a == b == "activation")
     act_truth, act_said = truth.get("activation", 0), said.get("activation", 0)
     peak_l1 = half_l1(hook_peak["by_category"], life_peak["by_category"])
     return {
@@ -110,7 +165,7 @@ def measure(name: str, work: Path, steps: int) -> dict[str, Any]:
         "allocations": len(hook),
         # allocations of one run with no same-sized counterpart in the other's order (autocast's
         # casts can come in another order): left out of the comparison, their bytes reported
-        "unpaired_bytes": sum(n for n, _ in hook) + sum(n for n, _ in life) - 2 * total,
+        "unpaired_bytes": sum(a[0] for a in hook) + sum(a[0] for a in life) - 2 * total,
         "allocated": {"bytes": total, "wrong": round(wrong / total, 5) if total else 0.0,
                       "misattributed": round(half_l1(truth, said) / total, 5) if total else 0.0},
         "peak": {"hook_bytes": hook_peak["bytes"], "lifetime_bytes": life_peak["bytes"],
@@ -122,6 +177,7 @@ def measure(name: str, work: Path, steps: int) -> dict[str, Any]:
                        "precision": round(tp / act_said, 4) if act_said else None,
                        "recall": round(tp / act_truth, 4) if act_truth else None},
         "confusion": dict(sorted(confusion.items(), key=lambda kv: -kv[1])),
+        "labels": label_agreement(pairs),
         "seconds": round(time.perf_counter() - t0, 2),
     }
 
@@ -146,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             r = measure(name, Path(tmp) / name, args.steps)
             results.append(r)
             print(f"[activation_modes] {name}: allocated wrong {r['allocated']['wrong']:.2%}, peak "
-                  f"misattributed {r['peak']['misattributed']:.2%}, equal bytes {r['peak']['bytes_equal']}",
+                  f"misattributed {r['peak']['misattributed']:.2%}, equal bytes {r['peak']['bytes_equal']}, "
+                  f"activation modules same/parent/block {r['labels']['same_module']}/"
+                  f"{r['labels']['same_parent']}/{r['labels']['same_block']}",
                   file=sys.stderr, flush=True)
     out = {"schema_version": 1, "benchmark": "activation_modes", "date": time.strftime("%Y-%m-%d"),
            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "python": platform.python_version(),
