@@ -24,6 +24,11 @@ BlockLife& BlockLifetimes::alloc(const Event& e, std::uint64_t step, std::option
   b.stream = e.stream;
   b.context_id = e.string_id;
   b.stack_id = e.stack_id;
+  if (step != occurrence_step_) {
+    occurrences_.clear();
+    occurrence_step_ = step;
+  }
+  b.occurrence = occurrences_[{device_code(e.device), e.stack_id, e.string_id}]++;
   b.alloc_phase_id = stack_.empty() ? 0 : stack_.back().name_id;
   b.alloc_step = step;
   b.idle_epoch = idle_epoch_;
@@ -77,8 +82,25 @@ BlockLife* BlockLifetimes::tag(const Event& e) {
       b.weak = Category::Input;
       b.weak_label = 0;  // the saver's label ("activation saved in ...") would mislead
     }
+    if (b.weak == Category::Activation && b.weak_label != 0) learn_saver(b);
   }
   return &b;
+}
+
+void BlockLifetimes::learn_saver(const BlockLife& b) {
+  if (b.occurrence == kNoOccurrence) return;
+  const SaverKey key = saver_key(b);
+  if (auto it = savers_.find(key); it != savers_.end()) {
+    it->second = b.weak_label;  // the latest step's saver
+  } else if (savers_.size() < kMaxLearnedSavers) {
+    savers_.emplace(key, b.weak_label);
+  }
+}
+
+std::uint32_t BlockLifetimes::learned_saver(const BlockLife& b) const {
+  if (b.occurrence == kNoOccurrence || savers_.empty()) return 0;
+  auto it = savers_.find(saver_key(b));
+  return it != savers_.end() ? it->second : 0;
 }
 
 void BlockLifetimes::phase_begin(std::uint32_t name_id, PhaseKind kind) {
@@ -125,6 +147,8 @@ Resolved BlockLifetimes::resolve(const BlockLife& b, bool freed) const {
       // data the step saved for backward without the model making it (the targets a loss
       // saves, made with the batch). An input, as the saved-tensor hook's weak tag makes it.
       r.category = !b.forwardish && b.position < last_forward_begin_ ? Category::Input : Category::Activation;
+      // The saver the hook named for the same allocation of an earlier step, if it did.
+      if (r.category == Category::Activation) r.label_id = learned_saver(b);
       return r;
     }
   }
@@ -223,6 +247,7 @@ BlockLife& BlockLifetimes::add_checkpoint_block(const CheckpointBlock& c) {
   b.stream = c.stream;
   b.context_id = c.context_id;
   b.stack_id = c.stack_id;
+  b.occurrence = kNoOccurrence;  // its step's earlier allocations are not in this window
   b.alloc_phase_id = c.alloc_phase_id;
   b.alloc_step = c.alloc_step;
   b.idle_epoch = (c.lifetime & kLifeIdleNow) ? idle_epoch_ : idle_epoch_ - 1;

@@ -14,11 +14,20 @@
 // Checkpoints (ridgescope/flight_records.h) carry a block's life so far, so a window that starts
 // from one resolves exactly as the whole stream would.
 //
+// Savers learned from the saved-tensor hook (docs/categories.md, "Savers learned from the hook's
+// first steps"): a block the hook tagged as an activation teaches its key (device, stack,
+// module context, requested bytes, and how many blocks of that device, stack and context the
+// same step made before it) the label the hook gave it, the last one seen winning. An untagged
+// block that lifetimes find to be an activation takes the label its key learned, if any: a step
+// repeats the same allocations in the same order, so the steps after the hook came off read the
+// saver the hook named for the same allocation of an earlier step.
+//
 // Internal to the core. Thread-safety: none; one instance per stream.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -58,6 +67,9 @@ struct BlockLife {
   Device device;
   std::uint64_t addr = 0, bytes = 0, requested_bytes = 0, stream = 0;
   std::uint32_t context_id = 0, stack_id = 0;
+  // How many blocks of this device, stack and context its step made before it (kNoOccurrence
+  // for a block from a checkpoint, whose step's earlier allocations were not seen).
+  std::uint32_t occurrence = 0;
   std::uint32_t alloc_phase_id = 0;  // innermost phase at its allocation (string id; 0 idle)
   std::uint64_t alloc_step = 0;
   std::uint64_t idle_epoch = 0;
@@ -81,8 +93,14 @@ struct EndedBlock {
   Resolved resolved;
 };
 
+inline constexpr std::uint32_t kNoOccurrence = 0xFFFFFFFFu;
+
 class BlockLifetimes {
  public:
+  // Most keys the learned savers hold: a run whose allocations never repeat (shapes that change
+  // every step) stops learning there rather than grow for the whole run.
+  static constexpr std::size_t kMaxLearnedSavers = 1u << 16;
+
   // An allocation (the current step and the innermost phase are the caller's to give). A live
   // block at the same address is a missed free: it ends here (*replaced).
   BlockLife& alloc(const Event& e, std::uint64_t step, std::optional<EndedBlock>* replaced);
@@ -123,6 +141,8 @@ class BlockLifetimes {
 
   // The open phases, outermost first (string ids).
   std::vector<std::uint32_t> open_phases() const;
+  // How many keys have a learned saver (for tests and the bound above).
+  std::size_t learned_savers() const { return savers_.size(); }
   bool idle() const { return stack_.empty(); }
   std::uint64_t next_uid() const { return next_uid_; }
 
@@ -134,6 +154,13 @@ class BlockLifetimes {
   };
   bool stack_has(PhaseKind kind) const;
   bool open(std::uint64_t serial) const;
+  // A block's key for the learned savers (device code, stack, context, occurrence, bytes).
+  using SaverKey = std::tuple<std::uint64_t, std::uint32_t, std::uint32_t, std::uint32_t, std::uint64_t>;
+  static SaverKey saver_key(const BlockLife& b) {
+    return {device_code(b.device), b.stack_id, b.context_id, b.occurrence, b.requested_bytes};
+  }
+  void learn_saver(const BlockLife& b);
+  std::uint32_t learned_saver(const BlockLife& b) const;
 
   absl::flat_hash_map<std::uint64_t, BlockLife> live_;
   std::vector<Open> stack_;
@@ -143,6 +170,10 @@ class BlockLifetimes {
   std::uint64_t idle_epoch_ = 0;
   std::uint64_t last_forward_begin_ = 0;
   bool have_forward_ = false;
+  // The current step's count of blocks per (device code, stack, context), and that step.
+  std::uint64_t occurrence_step_ = ~std::uint64_t{0};
+  absl::flat_hash_map<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>, std::uint32_t> occurrences_;
+  absl::flat_hash_map<SaverKey, std::uint32_t> savers_;  // key -> the hook's label (string id)
 };
 
 }  // namespace ridgescope::detail

@@ -46,6 +46,13 @@ class TraceBuilder {
     e.stack_id = stack_id;
     return emit(e);
   }
+  // An allocation made while module `context` ran (the module context the sources record).
+  TraceBuilder& alloc_in(std::uint64_t addr, std::uint64_t bytes, const std::string& context) {
+    Event e = make(EventKind::Alloc, addr);
+    e.bytes = e.requested_bytes = bytes;
+    e.string_id = recorder_.intern(context);
+    return emit(e);
+  }
   // Interns a frame / a stack (frame ids innermost first; `site` its site's position).
   std::uint32_t frame(FrameKind kind, const std::string& file, std::uint64_t line, const std::string& function,
                       const std::string& module = "") {

@@ -482,3 +482,69 @@ SCENARIO("an untagged block is labelled by the module that made it", "[core][ana
   CHECK(r.peak.top_blocks[0].module == "layers.0.attn");
   CHECK(r.peak.by_label.at(0).label == "unknown in layers.0.attn");
 }
+
+namespace {
+std::uint64_t label_bytes(const Report& r, const std::string& label) {
+  std::uint64_t n = 0;
+  for (const auto& l : r.peak.by_label)
+    if (l.label == label) n += l.bytes;
+  return n;
+}
+}  // namespace
+
+SCENARIO("an activation lifetimes find takes the saver the hook named for the same allocation of an earlier step",
+         "[core][analysis]") {
+  GIVEN("two steps in which the hook tags two same-sized blocks made in layers.0 with different "
+        "savers, then a step without the hook: the first block again, the second one 4 bytes "
+        "larger, and a third one no earlier step made") {
+    TempPath path;
+    {
+      TraceBuilder t(path.str());
+      for (std::uint64_t step = 0; step < 2; ++step) {
+        const std::uint64_t base = 0x10000 * (step + 1);
+        t.begin("forward");
+        t.alloc_in(base + 0x100, 400, "layers.0").tag(base + 0x100, Category::Activation, "activation saved in layers.1", true);
+        t.alloc_in(base + 0x200, 400, "layers.0").tag(base + 0x200, Category::Activation, "activation saved in layers.0", true);
+        t.end("forward");
+        t.begin("backward").free(base + 0x200).free(base + 0x100).end("backward");
+        t.step(step);
+      }
+      t.begin("forward");
+      t.alloc_in(0x30100, 400, "layers.0");  // the first block's key: learned
+      t.alloc_in(0x30200, 404, "layers.0");  // the second one's place, another size: not learned
+      t.alloc_in(0x30300, 100, "layers.0");  // a third: no step made it before
+      t.end("forward");
+      t.begin("backward").free(0x30300).free(0x30200).free(0x30100).end("backward");
+      t.step(2);
+    }
+    const Report r = analyze_trace(path.str());
+    THEN("at the last step's peak every block is an inferred activation; the one whose key an "
+         "earlier step saw carries that step's saver, the others the module that made them") {
+      REQUIRE(r.peak.step == 2);
+      CHECK(r.peak.bytes == 904);
+      CHECK(cat(r.peak.by_category, Category::Activation) == 904);
+      CHECK(cat(r.peak.inferred_by_category, Category::Activation) == 904);
+      CHECK(label_bytes(r, "activation saved in layers.1") == 400);
+      CHECK(label_bytes(r, "activation saved in layers.0") == 0);
+      CHECK(label_bytes(r, "activation in layers.0") == 504);
+    }
+  }
+  GIVEN("the same allocations made at two different sites") {
+    TempPath path;
+    {
+      TraceBuilder t(path.str());
+      const std::uint32_t here = t.stack({t.python_frame("train.py", 10, "Block.forward")});
+      const std::uint32_t there = t.stack({t.python_frame("train.py", 20, "Block.forward")});
+      t.begin("forward").alloc(0x100, 400, here).tag(0x100, Category::Activation, "activation saved in a", true).end("forward");
+      t.begin("backward").free(0x100).end("backward").step(0);
+      t.begin("forward").alloc(0x200, 400, there).alloc(0x300, 4, there).end("forward");
+      t.begin("backward").free(0x300).free(0x200).end("backward").step(1);
+    }
+    const Report r = analyze_trace(path.str());
+    THEN("the later one learns nothing from the other site") {
+      REQUIRE(r.peak.step == 1);
+      CHECK(cat(r.peak.inferred_by_category, Category::Activation) == 404);
+      CHECK(label_bytes(r, "activation saved in a") == 0);
+    }
+  }
+}
