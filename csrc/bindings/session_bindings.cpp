@@ -166,17 +166,19 @@ void ridgescope_bindings::bind_session(py::module_& m) {
 
   py::class_<TrackingSession>(m, "Session")
       .def(py::init([](const std::string& path, std::uint64_t capacity, const std::string& stacks,
-                       std::uint64_t keep_steps, bool host_memory, bool idle_writer) {
+                       std::uint64_t keep_steps, bool host_memory, bool idle_writer,
+                       std::uint64_t keep_first_steps) {
              ridgescope::sources::StackMode mode;
              if (!ridgescope::sources::parse_stack_mode(stacks, &mode)) {
                throw py::value_error("stacks must be 'site', 'python', 'all' or 'none', got '" + stacks + "'");
              }
              ridgescope::FlightOptions flight;
              flight.keep_steps = keep_steps;
+             flight.keep_first_steps = keep_first_steps;
              return std::make_unique<TrackingSession>(path, capacity, mode, flight, host_memory, idle_writer);
            }),
            py::arg("path"), py::arg("capacity") = 0, py::arg("stacks") = "site", py::arg("keep_steps") = 0,
-           py::arg("host_memory") = true, py::arg("idle_writer") = false)
+           py::arg("host_memory") = true, py::arg("idle_writer") = false, py::arg("keep_first_steps") = 0)
       .def_property_readonly("keep_steps", &TrackingSession::keep_steps)
       .def("mark", &TrackingSession::mark)
       .def("stop", &TrackingSession::stop, py::call_guard<py::gil_scoped_release>())

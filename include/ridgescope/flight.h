@@ -8,8 +8,9 @@
 // With keep_steps == 0 it writes every event as well (a full trace). With keep_steps = K it
 // writes the events step by step, each step beginning with a checkpoint of the ledger, and
 // keeps on disk only the events of: the last K steps and the one running; the step with the
-// highest peak so far and the one before it (per device); and the steps around each OOM, each
-// rs.mark() and each retained-tensor warning (the step before, the step, the step after). The
+// highest peak so far and the one before it (per device); the steps around each OOM, each
+// rs.mark() and each retained-tensor warning (the step before, the step, the step after); and
+// the first keep_first_steps steps. The
 // file is rewritten without the rest from time to time, into a new file renamed over the old
 // one, so at every instant the path holds a whole trace: a process killed at any moment leaves
 // every chunk written before the kill (as a full trace does).
@@ -37,6 +38,10 @@ namespace ridgescope {
 struct FlightOptions {
   std::uint64_t keep_steps = 0;        // 0: every step's events (a full trace); else the last N
   std::uint64_t event_windows = 32;    // OOM, mark and warning windows kept (the most recent)
+  // The first steps of the recording, always kept: those in which the saved-tensor hook ran and
+  // the savers were learned (docs/categories.md), so that a kept window's analysis learns them
+  // as the whole trace's does. 0: none.
+  std::uint64_t keep_first_steps = 0;
   // Bytes of dropped events the file may hold before it is rewritten without them (at least
   // this much and at least as much as it keeps: the rewrites copy at most what was dropped).
   std::uint64_t rewrite_bytes = 8u << 20;
@@ -46,7 +51,7 @@ struct FlightOptions {
 std::unique_ptr<ChunkSink> make_flight_sink(const std::string& path, const FlightOptions& options);
 
 // The `flight` metadata a recording with these options writes (docs/report_schema.md):
-// {"keep_steps": N or null (all), "event_windows": N}.
+// {"keep_steps": N or null (all), "event_windows": N, "keep_first_steps": N}.
 std::string flight_metadata(const FlightOptions& options);
 
 struct CompactResult {

@@ -50,7 +50,8 @@ struct StandoutStep {
 };
 
 // A run of consecutive steps whose events the trace holds, and why they were kept: "all" (a
-// full trace), "last_steps", "highest_peak", "oom", "mark", "growth".
+// full trace), "last_steps", "highest_peak", "oom", "mark", "growth", "first_steps" (the steps
+// the saved-tensor hook ran in, FlightOptions::keep_first_steps).
 struct KeptWindow {
   std::uint64_t first_step = 0, last_step = 0;
   std::vector<std::string> reasons;

@@ -18,12 +18,13 @@ std::uint64_t median(std::vector<std::uint64_t> v) {
   return v[mid];
 }
 
-std::optional<std::uint64_t> keep_steps_of(const Report& report) {
+// A number of the `flight` metadata (docs/report_schema.md): keep_steps, keep_first_steps.
+std::optional<std::uint64_t> flight_option(const Report& report, const char* name) {
   for (const auto& [key, text] : report.metadata) {
     if (key != "flight") continue;
     std::string error;
     auto v = parse_json(text, &error);
-    if (v) return v->get_uint("keep_steps");
+    if (v) return v->get_uint(name);
   }
   return std::nullopt;
 }
@@ -97,6 +98,7 @@ void find_standouts(RunGlance& g) {
 
 // Runs of consecutive steps the replay found events for, and why each was kept.
 void find_windows(RunGlance& g, const Report& report) {
+  const std::uint64_t first_steps = flight_option(report, "keep_first_steps").value_or(0);
   std::vector<std::uint64_t> kept;
   for (const StepStats& s : report.steps) {
     if (kept.empty() || kept.back() != s.step) kept.push_back(s.step);
@@ -114,6 +116,7 @@ void find_windows(RunGlance& g, const Report& report) {
       reason("all");
     } else {
       if (j + 1 == kept.size()) reason("last_steps");  // the window the trace ends with
+      if (w.first_step < first_steps) reason("first_steps");  // the saved-tensor hook's steps
       if (w.first_step <= g.max_peak_step && g.max_peak_step <= w.last_step) reason("highest_peak");
       for (std::uint64_t s = w.first_step; s <= w.last_step + 1; ++s) {
         auto it = by_step.find(s);
@@ -135,7 +138,7 @@ void build_glance(const std::vector<StepSummary>& summaries, bool recorded, cons
                   double standout_fraction, Report& report) {
   RunGlance& g = report.glance;
   g.recorded = recorded;
-  g.keep_steps = keep_steps_of(report);
+  g.keep_steps = flight_option(report, "keep_steps");
   g.standout_fraction = standout_fraction;
   std::map<std::uint32_t, std::size_t> phase_column;  // name id -> column, in order of appearance
   std::vector<std::uint64_t> peaks;

@@ -31,7 +31,8 @@ class IdMap {
 
 std::string flight_metadata(const FlightOptions& options) {
   return "{\"keep_steps\":" + (options.keep_steps == 0 ? std::string("null") : std::to_string(options.keep_steps)) +
-         ",\"event_windows\":" + std::to_string(options.event_windows) + "}";
+         ",\"event_windows\":" + std::to_string(options.event_windows) +
+         ",\"keep_first_steps\":" + std::to_string(options.keep_first_steps) + "}";
 }
 
 CompactResult compact_trace(const std::string& in, const std::string& out, const FlightOptions& options) {

@@ -32,7 +32,7 @@ using detail::Resolved;
 class FlightSink final : public ChunkSink {
  public:
   FlightSink(const std::string& path, const FlightOptions& options)
-      : options_(options), file_(path), policy_(options.keep_steps, options.event_windows) {
+      : options_(options), file_(path), policy_(options.keep_steps, options.event_windows, options.keep_first_steps) {
     if (options_.keep_steps > 0) {
       summarizer_.on_ended = [this](const BlockLife& b, const Resolved& r) {
         if (watched_.contains(b.uid)) finals_[b.uid] = r;

@@ -37,6 +37,7 @@ bool KeepPolicy::keeps(std::uint64_t step) const {
 }
 
 bool KeepPolicy::keeps_for_event(std::uint64_t step) const {
+  if (step < first_steps_) return true;
   for (const auto& [code, best] : best_) {
     if (best.peak > 0 && (step == best.step || step + 1 == best.step)) return true;
   }

@@ -14,7 +14,8 @@ MAX_STANDOUTS = 8
 MIN_STEPS = 20
 _REASON_TEXT = {"oom": "out of memory", "mark": "marked", "growth": "end bytes kept growing",
                 "new_maximum": "new maximum", "above_median": "above the median",
-                "highest_peak": "highest peak", "last_steps": "last steps", "all": "every step"}
+                "highest_peak": "highest peak", "last_steps": "last steps", "all": "every step",
+                "first_steps": "first steps (the saved-tensor hook's)"}
 
 
 def column(g: dict[str, Any], name: str) -> list[int]:

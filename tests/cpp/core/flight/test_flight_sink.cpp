@@ -27,7 +27,7 @@ constexpr std::uint64_t kBig = 1u << 20;
 // A training loop on the CPU: two parameters, an input per step, a saved activation and an
 // untagged one (inferred from its lifetime), temporaries, gradients tagged at the end of
 // backward, optimizer state made lazily in the first step and tagged after it.
-void write_run(TraceBuilder& t) {
+void write_run(TraceBuilder& t, std::uint64_t hook_steps = kSteps) {
   std::uint64_t now = 1000;
   auto at = [&](std::uint64_t dt = 100) { t.at(now += dt); };
   at();
@@ -41,7 +41,9 @@ void write_run(TraceBuilder& t) {
     t.alloc(0x10000, 512);  // the batch
     at();
     t.begin("forward").tag(0x10000, Category::Input, "input", true);
-    t.alloc(0x20000, 2048 + 64 * (s % 5)).tag(0x20000, Category::Activation, "activation saved in fc1", true);
+    t.alloc(0x20000, 2048 + 64 * (s % 5));
+    // The saved-tensor hook's tag, in the steps it runs in.
+    if (s < hook_steps) t.tag(0x20000, Category::Activation, "activation saved in fc1", true);
     t.alloc(0x24000, 1536);  // untagged: made in forward, freed in backward (an activation)
     t.alloc(0x30000, 700).free(0x30000);  // a temporary
     if (s == kPeakStep) t.alloc(0x400000, kBig).tag(0x400000, Category::Activation, "big activation", true);
@@ -307,6 +309,63 @@ SCENARIO("a kept window's device ledger holds the allocations outside PyTorch th
       CHECK(f->end_bytes == 0);
       CHECK(b->end_bytes == 0);
       CHECK(b->allocations == 1);
+    }
+  }
+}
+
+namespace {
+std::uint64_t label_bytes(const Report& r, const std::string& label) {
+  std::uint64_t n = 0;
+  for (const auto& l : r.peak.by_label)
+    if (l.label == label) n += l.bytes;
+  return n;
+}
+}  // namespace
+
+SCENARIO("a bounded trace keeps the steps the saved-tensor hook ran in, so that its later steps "
+         "name the savers the full trace names", "[core][flight]") {
+  GIVEN("the 60-step run with the hook in its first 5 steps only (one of each size of the saved "
+        "activation), compacted to keep 3 steps with and without keeping those 5") {
+    TempPath full_path, kept_path, lost_path;
+    {
+      TraceBuilder t(full_path.str());
+      write_run(t, /*hook_steps=*/5);
+    }
+    FlightOptions options;
+    options.keep_steps = 3;
+    options.rewrite_bytes = 2048;
+    options.keep_first_steps = 5;
+    compact_trace(full_path.str(), kept_path.str(), options);
+    options.keep_first_steps = 0;
+    compact_trace(full_path.str(), lost_path.str(), options);
+    const Report full = analyze_trace(full_path.str());
+    const Report kept = analyze_trace(kept_path.str());
+    const Report lost = analyze_trace(lost_path.str());
+    THEN("in the full trace the peak step's untagged activation carries the saver learned in the "
+         "hook's steps") {
+      REQUIRE(full.peak.step == kPeakStep);
+      CHECK(label_bytes(full, "activation saved in fc1") == 2048 + 64 * (kPeakStep % 5));
+      CHECK(full.peak.inferred_by_category[category_index(Category::Activation)] ==
+            2048 + 64 * (kPeakStep % 5) + 1536);
+    }
+    THEN("the bounded trace that keeps them holds steps 0-4 for that reason, and its peak's labels "
+         "are the full trace's") {
+      const std::vector<std::uint64_t> steps = kept_steps(kept);
+      REQUIRE(steps.size() >= 5);
+      CHECK(std::vector<std::uint64_t>(steps.begin(), steps.begin() + 5) == std::vector<std::uint64_t>{0, 1, 2, 3, 4});
+      REQUIRE_FALSE(kept.glance.windows.empty());
+      CHECK(kept.glance.windows[0].first_step == 0);
+      CHECK(kept.glance.windows[0].reasons == std::vector<std::string>{"first_steps"});
+      REQUIRE(kept.peak.by_label.size() == full.peak.by_label.size());
+      for (std::size_t i = 0; i < full.peak.by_label.size(); ++i) {
+        CHECK(kept.peak.by_label[i].label == full.peak.by_label[i].label);
+        CHECK(kept.peak.by_label[i].bytes == full.peak.by_label[i].bytes);
+      }
+    }
+    THEN("one that dropped them has the same bytes but not the learned saver") {
+      CHECK(lost.peak.bytes == full.peak.bytes);
+      CHECK(lost.peak.by_category == full.peak.by_category);
+      CHECK(label_bytes(lost, "activation saved in fc1") == 0);
     }
   }
 }
