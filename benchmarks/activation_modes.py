@@ -1,18 +1,21 @@
-"""How far lifetime inference (``activations=False``) is from the saved-tensor hook, block by block.
+"""How far the default recording and lifetime inference are from the saved-tensor hook on every
+step, block by block.
 
-The default recording tags activations with torch's saved-tensor hook, which is exact and costs
-torch's hook machinery a few microseconds per saved tensor (docs/performance.md, issue 25).
-``activations=False`` installs no hook and infers activations from lifetimes
-(docs/categories.md). This benchmark measures that inference against the hook's exact answer on
-the ground-truth workloads (benchmarks/truth_workloads.py): each workload runs twice, from the
-same seed, once with the hook and once without, and the two traces are compared.
+The saved-tensor hook is exact and costs torch's hook machinery a few microseconds per saved
+tensor (docs/performance.md, issue 25). ``activations="every_step"`` runs it in every step: the
+truth here. The default (``activations=True``) runs it in the first two steps only and labels
+the activations lifetimes find later with the savers it named for the same allocations
+(docs/categories.md, "Savers learned from the hook's first steps"); ``activations=False`` never
+runs it and infers activations from lifetimes, labelled by the module that made them. This
+benchmark runs each ground-truth workload (benchmarks/truth_workloads.py) in the three modes
+from the same seed and compares the default's and the lifetimes' traces with the truth's.
 
-* The two runs make the same allocations in the same order (the hook allocates no tensor): the
+* A first run of each workload, not compared, warms torch.compile's caches.
+* The runs make the same allocations in the same order (the hook allocates no tensor): the
   n-th allocation of both has the same size. Where the orders differ (autocast's casts), the
   allocations are paired along the longest runs of equal sizes, and those left over are
-  reported (``unpaired_bytes``), not scored. Every allocation's
-  category comes from each trace's snapshot export (``report.to_snapshot``): the hook's is the
-  truth, the lifetime run's the inference.
+  reported (``unpaired_bytes``), not scored. Every allocation's category and label come from
+  each trace's snapshot export (``report.to_snapshot``).
 * ``allocated``: over every allocation of the run, each counted once with its bytes: the share
   of bytes in a different category (``wrong``) and half the L1 distance of the two compositions
   (``misattributed``).
@@ -31,18 +34,16 @@ same seed, once with the hook and once without, and the two traces are compared.
   same module (or none in both); ``same_parent``: the same module or one inside the other
   (``layers.0.attn`` and ``layers.0.attn.qkv``); ``same_block``: the same first two components
   of the path (``layers.0``), the layer a user looks for; ``differ``: the largest
-  disagreements, ``hook's module -> lifetimes' module: bytes``.
-* ``learned``: the same comparison for a design not built: the hook on for the first step only,
-  and each later activation labelled with the saver the hook named in that step for the same
-  key: site, module made in, and how many allocations of that site and module came before it
-  in its step (where that saver was unique; elsewhere the lifetimes' own module). Over the
-  activations of the steps after the first; ``covered``: the share of their bytes whose key the
-  first step had seen with one saver.
+  disagreements, ``truth's module -> the mode's module: bytes``.
+* ``later_steps``: ``labels`` over the steps after the hook's (from the third on): where the
+  default differs from the truth, if anywhere.
+* ``summaries_equal``: whether the per-step summaries (``rs.load(...).to_dict()["at_a_glance"]``
+  rows) are the truth's.
 
 The DDP workload is left out: its ranks start their own sessions in processes of their own.
 Prints ONE JSON object; ``--out FILE`` writes a copy.
 
-    python benchmarks/activation_modes.py                 # about 20 s on 2 cores
+    python benchmarks/activation_modes.py                 # about 40 s on 2 cores
     python benchmarks/activation_modes.py --workloads transformer_adamw,checkpoint_reentrant
 """
 from __future__ import annotations
@@ -75,12 +76,12 @@ SAVED_OUTSIDE = "activation saved outside the model"
 
 
 def named_module(category: str, meta: dict) -> str:
-    """The module a user reads for an allocation: for an activation the hook tagged, the module
-    its label names as the saver ('' when saved outside the model); for one tagged otherwise
-    (the model's output, tagged alike in both modes) its label; else the module that was running
-    when it was made ('' outside every module)."""
+    """The module a user reads for an allocation: for an activation labelled with its saver (the
+    hook's tag, or the saver learned from the hook's steps), that module ('' when saved outside
+    the model); for one labelled otherwise (the model's output, tagged alike in every mode) its
+    label; else the module that was running when it was made ('' outside every module)."""
     label = meta.get("label") or ""
-    if category == "activation" and label and not meta.get("category_inferred", False):
+    if category == "activation" and label:  # the hook's saver (tagged, or learned from its steps)
         if label.startswith(SAVED_IN):
             return label[len(SAVED_IN):]
         if label.startswith(SAVED_OUTSIDE):
@@ -160,100 +161,84 @@ def label_agreement(pairs: list[tuple[Alloc, Alloc]]) -> dict[str, Any]:
                       if h.category == l.category == "activation"])
 
 
-def learned_labels(pairs: list[tuple[Alloc, Alloc]], learn_steps: int = 1) -> dict[str, Any]:
-    """What labels learned from the hook's first steps would give the later steps of a run without
-    it (module docstring, ``learned``). An allocation's key: its site, the module it was made in,
-    and how many allocations with that site and module came before it in its step (a step
-    repeats the same allocations in the same order). The hook run's first ``learn_steps`` steps
-    give each key its savers; the lifetime run's activations of the later steps take the saver
-    of their key where it was unique, elsewhere the lifetimes' own module."""
-    def keyed(records: list[Alloc]) -> list[tuple[str, str, int]]:
-        counts: dict[tuple[int, str, str], int] = defaultdict(int)
-        keys = []
-        for a in records:
-            k = (a.step, a.site, a.made)
-            keys.append((a.site, a.made, counts[k]))
-            counts[k] += 1
-        return keys
-    hook_keys = keyed([h for h, _ in pairs])
-    life_keys = keyed([l for _, l in pairs])
-    seen: dict[tuple[str, str, int], set[str]] = defaultdict(set)
-    for (h, _), key in zip(pairs, hook_keys):
-        if 0 <= h.step < learn_steps and h.category == "activation":
-            seen[key].add(h.named)
-    both, covered = [], 0
-    for (h, l), key in zip(pairs, life_keys):
-        if h.step < learn_steps or not h.category == l.category == "activation":
-            continue
-        savers = seen.get(key)
-        if savers is not None and len(savers) == 1:
-            covered += h.size
-            both.append((h.size, h.named, next(iter(savers))))
-        else:
-            both.append((h.size, h.named, l.named))
-    out = agreement(both)
-    out["learn_steps"] = learn_steps
-    out["covered"] = round(covered / out["bytes"], 4) if out["bytes"] else None
-    return out
-
-
 def half_l1(a: dict[str, int], b: dict[str, int]) -> int:
     return sum(abs(a.get(c, 0) - b.get(c, 0)) for c in set(a) | set(b)) // 2
 
 
-def run(name: str, work: Path, steps: int, activations: bool) -> Path:
-    truth_workloads.TRACK_OPTIONS = {"activations": activations}
-    sub = work / ("hook" if activations else "lifetime")
+MODES = {"truth": "every_step", "default": True, "lifetimes": False}
+
+
+def run(name: str, work: Path, steps: int, mode: str) -> Path:
+    truth_workloads.TRACK_OPTIONS = {"activations": MODES[mode]}
+    sub = work / mode
     sub.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     return truth_workloads.WORKLOADS[name](sub, steps)
 
 
-def measure(name: str, work: Path, steps: int) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    hook, hook_peak = allocations(run(name, work, steps, True), work, "hook")
-    life, life_peak = allocations(run(name, work, steps, False), work, "lifetime")
-    pairs = paired(hook, life)
+def glance_rows(trace: Path) -> Any:
+    """The per-step summaries' columns and rows, without the times (which differ run to run)."""
+    g = rs.load(trace).to_dict().get("at_a_glance") or {}
+    columns = g.get("columns") or []
+    keep = [i for i, c in enumerate(columns) if not c.endswith("_ns")]
+    return [columns[i] for i in keep], [[row[i] for i in keep] for row in g.get("rows") or []]
+
+
+def compare(truth: list[Alloc], truth_peak: dict, other: list[Alloc], other_peak: dict) -> dict[str, Any]:
+    """The mode's trace against the truth's (module docstring)."""
+    pairs = paired(truth, other)
     total = sum(h.size for h, _ in pairs)
     wrong = sum(h.size for h, l in pairs if h.category != l.category)
-    truth, said = defaultdict(int), defaultdict(int)
+    by_truth, said = defaultdict(int), defaultdict(int)
     confusion: dict[str, int] = defaultdict(int)
     for n, a, b in ((h.size, h.category, l.category) for h, l in pairs):
-        truth[a] += n
+        by_truth[a] += n
         said[b] += n
         if a != b:
             confusion[f"{a} -> {b}"] += n
     tp = sum(h.size for h, l in pairs if h.category == l.category == "activation")
-    act_truth, act_said = truth.get("activation", 0), said.get("activation", 0)
-    peak_l1 = half_l1(hook_peak["by_category"], life_peak["by_category"])
+    act_truth, act_said = by_truth.get("activation", 0), said.get("activation", 0)
+    peak_l1 = half_l1(truth_peak["by_category"], other_peak["by_category"])
     return {
-        "workload": name,
-        "allocations": len(hook),
         # allocations of one run with no same-sized counterpart in the other's order (autocast's
         # casts can come in another order): left out of the comparison, their bytes reported
-        "unpaired_bytes": sum(a.size for a in hook) + sum(a.size for a in life) - 2 * total,
+        "unpaired_bytes": sum(a.size for a in truth) + sum(a.size for a in other) - 2 * total,
         "allocated": {"bytes": total, "wrong": round(wrong / total, 5) if total else 0.0,
-                      "misattributed": round(half_l1(truth, said) / total, 5) if total else 0.0},
-        "peak": {"hook_bytes": hook_peak["bytes"], "lifetime_bytes": life_peak["bytes"],
-                 "bytes_equal": hook_peak["bytes"] == life_peak["bytes"],
-                 "misattributed": round(peak_l1 / hook_peak["bytes"], 5) if hook_peak["bytes"] else 0.0,
-                 "hook_by_category": {c: n for c, n in hook_peak["by_category"].items() if n},
-                 "lifetime_by_category": {c: n for c, n in life_peak["by_category"].items() if n}},
-        "activation": {"hook_bytes": act_truth, "lifetime_bytes": act_said,
+                      "misattributed": round(half_l1(by_truth, said) / total, 5) if total else 0.0},
+        "peak": {"truth_bytes": truth_peak["bytes"], "bytes": other_peak["bytes"],
+                 "bytes_equal": truth_peak["bytes"] == other_peak["bytes"],
+                 "misattributed": round(peak_l1 / truth_peak["bytes"], 5) if truth_peak["bytes"] else 0.0,
+                 "labels_equal": truth_peak.get("by_label") == other_peak.get("by_label")},
+        "activation": {"truth_bytes": act_truth, "bytes": act_said,
                        "precision": round(tp / act_said, 4) if act_said else None,
                        "recall": round(tp / act_truth, 4) if act_truth else None},
         "confusion": dict(sorted(confusion.items(), key=lambda kv: -kv[1])),
         "labels": label_agreement(pairs),
-        "learned": learned_labels(pairs),
-        "seconds": round(time.perf_counter() - t0, 2),
+        "later_steps": label_agreement([(h, l) for h, l in pairs if h.step >= 2]),
     }
+
+
+def measure(name: str, work: Path, steps: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    # A first run warms torch.compile's caches, so that every compared run compiles alike (the
+    # first compilation in a process allocates differently from a cached one).
+    run(name, work / "warm-up", steps, "truth")
+    traces = {mode: run(name, work, steps, mode) for mode in MODES}
+    allocs = {mode: allocations(trace, work, mode) for mode, trace in traces.items()}
+    truth, truth_peak = allocs["truth"]
+    out: dict[str, Any] = {"workload": name, "allocations": len(truth)}
+    for mode in ("default", "lifetimes"):
+        out[mode] = compare(truth, truth_peak, *allocs[mode])
+        out[mode]["summaries_equal"] = glance_rows(traces[mode]) == glance_rows(traces["truth"])
+    out["seconds"] = round(time.perf_counter() - t0, 2)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     names_all = [n for n in truth_workloads.WORKLOADS if n not in SKIPPED]
     p.add_argument("--workloads", default=",".join(names_all), help="comma-separated (default: all but DDP)")
-    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--steps", type=int, default=4)
     p.add_argument("--out", default=None, help="also write the JSON to this file")
     args = p.parse_args(argv)
     names = [n for n in args.workloads.split(",") if n]
@@ -268,13 +253,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[activation_modes] {name} ...", file=sys.stderr, flush=True)
             r = measure(name, Path(tmp) / name, args.steps)
             results.append(r)
-            print(f"[activation_modes] {name}: allocated wrong {r['allocated']['wrong']:.2%}, peak "
-                  f"misattributed {r['peak']['misattributed']:.2%}, equal bytes {r['peak']['bytes_equal']}, "
-                  f"activation modules same/parent/block {r['labels']['same_module']}/"
-                  f"{r['labels']['same_parent']}/{r['labels']['same_block']}; learned from step 0: same "
-                  f"{r['learned']['same_module']} (covered {r['learned']['covered']})",
-                  file=sys.stderr, flush=True)
-    out = {"schema_version": 1, "benchmark": "activation_modes", "date": time.strftime("%Y-%m-%d"),
+            for mode in ("default", "lifetimes"):
+                m = r[mode]
+                print(f"[activation_modes] {name} {mode}: allocated wrong {m['allocated']['wrong']:.2%}, "
+                      f"peak misattributed {m['peak']['misattributed']:.2%}, peak bytes equal "
+                      f"{m['peak']['bytes_equal']}, peak labels equal {m['peak']['labels_equal']}, activation "
+                      f"modules same/parent/block {m['labels']['same_module']}/{m['labels']['same_parent']}/"
+                      f"{m['labels']['same_block']}, summaries equal {m['summaries_equal']}",
+                      file=sys.stderr, flush=True)
+    out = {"schema_version": 2, "benchmark": "activation_modes", "modes": MODES, "date": time.strftime("%Y-%m-%d"),
            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "python": platform.python_version(),
            "torch": torch.__version__, "ridgescope": rs.__version__, "steps": args.steps,
            "skipped": SKIPPED, "workloads": results}

@@ -27,7 +27,7 @@ from torch.utils._pytree import tree_leaves
 from . import _compile, _model_info
 from ._data import DatasetRegistrar
 from ._models import Models
-from ._saved_hooks import SavedTensorHooks
+from ._saved_hooks import SavedTensorHooks, hook_steps
 from ._tagging import Tagging
 from ._undo import remove_all
 from .distributed import DistributedTracking
@@ -43,7 +43,7 @@ class Instrumentation(Tagging):
     """Installs and removes the hooks of one session. Owned by ``Session``."""
 
     def __init__(self, native: Any, model: torch.nn.Module | None,
-                 optimizer: torch.optim.Optimizer | None, activations: bool = True,
+                 optimizer: torch.optim.Optimizer | None, activations: bool | str = True,
                  other_models: bool = True) -> None:
         self._native = native
         # The session's module calls as plain C functions where it has them (a pybind11 call
@@ -54,7 +54,8 @@ class Instrumentation(Tagging):
         model = _compile.unwrap_module(model)  # torch.compile(model): the model it compiled
         self._model = model
         self._optimizer = optimizer
-        self._activations = activations
+        # Steps the saved-tensor hook runs in: None every one, 0 none (_saved_hooks.hook_steps)
+        self._hook_steps = hook_steps(activations)
         self._handles: list[Any] = []
         self._restore: list[Callable[[], None]] = []
         self._saved_hooks: SavedTensorHooks | None = None
@@ -75,6 +76,7 @@ class Instrumentation(Tagging):
         self._counted_optimizer = optimizer
         self._step_phases: dict[int, bool] = {}  # id(optimizer) -> its step opened optimizer_step
         self.run_extra: dict[str, Any] = {}  # more of the run's description (the capacity)
+        self.run_extra["saved_tensor_hook"] = {"steps": self._hook_steps}
         # Called once when a discovered root module holds CUDA tensors (starts the CUDA source).
         self.on_cuda_module: Callable[[], None] | None = None
         self._params = self._all_params()
@@ -389,7 +391,7 @@ class Instrumentation(Tagging):
         self.hook_handles += registration
         self.module_hook_handles += registration
 
-        if self._activations:
+        if self._hook_steps != 0:
             # The native session's hooks are plain C functions (called per saved tensor); a stand-in
             # native (the dry run of rs.estimate) has a pack_saved method instead.
             hooks = getattr(self._native, "saved_tensor_hooks", None)
@@ -482,6 +484,14 @@ class Instrumentation(Tagging):
         if optimizer is self._counted_optimizer:
             self.mark_step()
 
+    def _retire_saved_hooks(self) -> None:
+        hooks, self._saved_hooks = self._saved_hooks, None
+        if hooks is not None:
+            try:
+                hooks.remove()
+            except Exception:
+                pass  # exited on another thread or out of order: nothing left to undo
+
     def count_steps_at(self, owner: Any) -> None:
         """Steps are counted by ``owner`` (a strategy's wrapper that is no torch optimizer:
         DeepSpeed's ZeRO optimizer calls ``mark_step`` when its step ends), not by the torch
@@ -492,6 +502,10 @@ class Instrumentation(Tagging):
         """One training step ended."""
         self._native.step(self._step)
         self._step += 1
+        # The hook's steps are over: from here on activations come from lifetimes, labelled with
+        # the savers the hook named for the same allocations (_saved_hooks.py).
+        if self._saved_hooks is not None and self._hook_steps is not None and self._step >= self._hook_steps:
+            self._retire_saved_hooks()
 
     def discover_models(self) -> None:
         """The step's end: models made or changed during the step (_models.py)."""
@@ -508,12 +522,7 @@ class Instrumentation(Tagging):
         remove_all(self._handles, self._restore)
         self.models.remove()
         self.distributed.remove()
-        if self._saved_hooks is not None:
-            hooks, self._saved_hooks = self._saved_hooks, None
-            try:
-                hooks.remove()
-            except Exception:
-                pass  # exited on another thread or out of order: nothing left to undo
+        self._retire_saved_hooks()
 
 
 def _identity(x: Any) -> Any:

@@ -15,6 +15,13 @@ own unpack hook: taking the pair off the stack never changes how they are unpack
 
 Only the top of the stack is ever touched: when the script pushed hooks of its own above ours
 (torch's checkpointing, offloading to the CPU), nothing is suspended.
+
+How many steps the pair runs in (``hook_steps``): by default the first ``HOOK_STEPS`` steps of a
+session only. Each later step repeats their allocations, and the analysis labels an activation
+that lifetimes find with the saver the hook named for the same allocation of those steps
+(csrc/core/flight/block_lifetimes.h; docs/categories.md, "Savers learned from the hook's first
+steps"): the same categories and labels for a fraction of the hook's cost, which torch pays per
+saved tensor. ``activations="every_step"`` keeps it on for the whole session.
 """
 from __future__ import annotations
 
@@ -24,6 +31,24 @@ from typing import Any, Callable
 import torch
 
 _autograd = torch._C._autograd
+
+# The steps of a session the saved-tensor hook runs in by default; a bounded trace keeps their
+# events (FlightOptions::keep_first_steps) so that its analysis learns their savers.
+HOOK_STEPS = 2
+EVERY_STEP = "every_step"
+
+
+def hook_steps(activations: bool | str) -> int | None:
+    """How many steps the hook runs in for ``rs.track(activations=...)``: ``True`` (the default)
+    the first HOOK_STEPS, ``"every_step"`` all of them (None), ``False`` none (0). ValueError
+    for anything else."""
+    if activations is True:
+        return HOOK_STEPS
+    if activations is False:
+        return 0
+    if activations == EVERY_STEP:
+        return None
+    raise ValueError(f"activations must be True, False or {EVERY_STEP!r}, got {activations!r}")
 # Which hook pair is on top (torch 2.6+); without it nothing is ever suspended.
 _top = getattr(_autograd, "_top_saved_tensors_default_hooks", None)
 

@@ -20,6 +20,7 @@ from ._flight import TRACK_DEFAULT, KeepSteps, resolve_keep_steps
 from ._format import parse_bytes
 from ._instrument import Instrumentation
 from ._report import Report
+from ._saved_hooks import hook_steps
 from ._signals import SignalFlush, forget_at_exit, stop_at_exit
 
 _active_lock = threading.Lock()
@@ -80,7 +81,7 @@ class Session:
 
     def __init__(self, model: torch.nn.Module | None = None,
                  optimizer: torch.optim.Optimizer | None = None,
-                 out: str | os.PathLike[str] | None = None, *, activations: bool = True,
+                 out: str | os.PathLike[str] | None = None, *, activations: bool | str = True,
                  capacity: int | str | None = None, driver_view: bool | None = None,
                  cuda: bool | None = None, stacks: str | None = "site", cupti: bool | None = None,
                  host_memory: bool = True, keep_steps: KeepSteps = None,
@@ -104,6 +105,10 @@ class Session:
         try:
             # 0: every step's events; else the last N (docs/long-runs.md)
             self.keep_steps = resolve_keep_steps(keep_steps, keep_steps_default)
+        except ValueError as exc:
+            raise ValueError(f"ridgescope.track: {exc}") from None
+        try:
+            self._hook_steps = hook_steps(activations)  # validates
         except ValueError as exc:
             raise ValueError(f"ridgescope.track: {exc}") from None
         self._activations = activations
@@ -141,8 +146,10 @@ class Session:
             self.sites_status = _configure_sites() if mode != "none" else ""
             idle_writer = _idle_writer()
             try:
+                # A bounded trace keeps the hook's steps: its analysis learns their savers.
                 self._native = _C.Session(str(self.path), self.capacity or 0, mode, self.keep_steps,
-                                          host_memory=self._host_memory, idle_writer=idle_writer)
+                                          host_memory=self._host_memory, idle_writer=idle_writer,
+                                          keep_first_steps=self._hook_steps or 0)
             except RuntimeError as exc:
                 raise RidgescopeError(str(exc).removeprefix("ridgescope: ")) from None
             _active = self
@@ -336,7 +343,7 @@ def oom_explanation(data: dict[str, Any], path: Path) -> str | None:
 
 
 def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
-          out: str | os.PathLike[str] | None = None, *, activations: bool = True,
+          out: str | os.PathLike[str] | None = None, *, activations: bool | str = True,
           capacity: int | str | None = None, driver_view: bool | None = None,
           cuda: bool | None = None, stacks: str | None = "site", cupti: bool | None = None,
           host_memory: bool = True, keep_steps: KeepSteps = None) -> Session:
@@ -350,10 +357,13 @@ def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer
     state carry their names. ``out`` is the trace file (default: a file in the temp
     directory); under torchrun (WORLD_SIZE > 1) each rank writes its own, with ``{rank}`` in
     the name replaced by the rank, or else ``.rank<N>`` put before the suffix.
-    ``activations=True`` (the default) tags every tensor autograd saves through the
-    saved-tensor hook; ``activations=False`` skips that hook, whose cost inside torch is a few
-    microseconds per saved tensor, and infers activations from lifetimes instead, labelled by
-    the module that made them (docs/categories.md). ``capacity`` ("2GiB", or bytes) simulates
+    ``activations=True`` (the default) tags every tensor autograd saves in the first two steps
+    through the saved-tensor hook, whose cost inside torch is a few microseconds per saved
+    tensor, and then takes the hook off: later steps' activations are found from their
+    lifetimes and labelled with the module the hook named as their saver in those steps
+    (docs/categories.md); ``activations="every_step"`` keeps the hook on for every step;
+    ``activations=False`` never installs it (activations from lifetimes, labelled by the module
+    that made them). ``capacity`` ("2GiB", or bytes) simulates
     a device of that size on the CPU: an allocation past it raises ``torch.OutOfMemoryError``
     as a GPU would, after the trace has recorded the failed request and what was live.
     ``driver_view`` samples device memory with NVML every 100 ms (default: when CUDA is
@@ -378,7 +388,8 @@ def track(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer
     SIGINT and SIGUSR1 flush the trace while a session runs (their handlers chain to the ones
     before). Raises
     RidgescopeError for a nested session or an unwritable path, TypeError for a model or
-    optimizer of the wrong type, ValueError for an unknown ``stacks`` or a bad ``keep_steps``.
+    optimizer of the wrong type, ValueError for an unknown ``stacks``, ``activations`` or a bad
+    ``keep_steps``.
     """
     return Session(model, optimizer, out, activations=activations, capacity=capacity,
                    driver_view=driver_view, cuda=cuda, stacks=stacks, cupti=cupti,

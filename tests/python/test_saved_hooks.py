@@ -3,7 +3,8 @@
 torch copies its stack of default saved-tensor hooks around every autograd node it runs. A plain
 backward saves nothing, so ridgescope's pair is off the stack while it runs and back when it
 returns. What torch saves is tagged exactly as before, and the script's own hooks and
-checkpointing are never disturbed."""
+checkpointing are never disturbed. These specifications keep the pair on for every step
+(``activations="every_step"``); by default it runs in the first steps only (the last ones here)."""
 from __future__ import annotations
 
 import pytest
@@ -12,6 +13,7 @@ import torch.utils.checkpoint as ckpt
 
 import ridgescope as rs
 import ridgescope._saved_hooks as saved_hooks
+from ridgescope._saved_hooks import EVERY_STEP
 from conftest import make_mlp, mlp_batch, mlp_loss
 
 top = torch._C._autograd._top_saved_tensors_default_hooks
@@ -55,7 +57,7 @@ def test_a_plain_backward_runs_without_the_pair_and_every_step_gets_it_back(trac
     model = make_mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     inside, after = [], []
-    with rs.track(model=model, optimizer=opt, out=trace_path) as session:
+    with rs.track(model=model, optimizer=opt, out=trace_path, activations=EVERY_STEP) as session:
         for i in range(3):
             x, y = mlp_batch(16, i)
             loss = mlp_loss(model, x, y)
@@ -90,7 +92,7 @@ def test_the_activations_tagged_are_those_of_the_pair_kept_through_backward(tmp_
     def run(path):
         model = make_mlp()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        with rs.track(model=model, optimizer=opt, out=path) as session:
+        with rs.track(model=model, optimizer=opt, out=path, activations=EVERY_STEP) as session:
             losses = three_steps(model, opt)
         r = session.report().to_dict()
         return losses, [(p["phase"], p["end_by_category"], p["peak_by_category"])
@@ -115,7 +117,7 @@ def test_a_backward_that_builds_a_graph_keeps_the_pair(trace_path, how):
     x, y = mlp_batch(8, 0)
     x.requires_grad_(True)
     inside = []
-    with rs.track(model=model, out=trace_path):
+    with rs.track(model=model, out=trace_path, activations=EVERY_STEP):
         loss = mlp_loss(model, x, y)
         loss.register_hook(lambda g: inside.append(top(True)))
         if how == "backward":
@@ -144,7 +146,7 @@ def test_checkpointing_recomputes_as_before(tmp_path, mode):
             if torch._C._current_graph_task_id() != -1:  # inside backward
                 seen.append(top(True))
         model.a.fc1.register_forward_hook(during_recompute)
-        session = rs.track(model=model, optimizer=opt, out=tmp_path / f"{mode}.rstrace") if tracked else None
+        session = rs.track(model=model, optimizer=opt, out=tmp_path / f"{mode}.rstrace", activations=EVERY_STEP) if tracked else None
         if session:
             session.start()
         for i in range(3):
@@ -179,7 +181,7 @@ def test_hooks_of_the_script_above_the_pair_are_left_alone(trace_path):
     x, y = mlp_batch(8, 0)
     mine = []
     pack, unpack = (lambda t: (mine.append(1), t)[1]), (lambda t: t)
-    session = rs.track(model=model, out=trace_path).start()
+    session = rs.track(model=model, out=trace_path, activations=EVERY_STEP).start()
     inside = []
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         loss = mlp_loss(model, x, y)

@@ -82,7 +82,7 @@ BlockLife* BlockLifetimes::tag(const Event& e) {
       b.weak = Category::Input;
       b.weak_label = 0;  // the saver's label ("activation saved in ...") would mislead
     }
-    if (b.weak == Category::Activation && b.weak_label != 0) learn_saver(b);
+    if ((b.weak == Category::Activation && b.weak_label != 0) || b.weak == Category::Input) learn_saver(b);
   }
   return &b;
 }
@@ -90,17 +90,18 @@ BlockLife* BlockLifetimes::tag(const Event& e) {
 void BlockLifetimes::learn_saver(const BlockLife& b) {
   if (b.occurrence == kNoOccurrence) return;
   const SaverKey key = saver_key(b);
+  const Learned learned{b.weak, b.weak_label};
   if (auto it = savers_.find(key); it != savers_.end()) {
-    it->second = b.weak_label;  // the latest step's saver
+    it->second = learned;  // the latest step's
   } else if (savers_.size() < kMaxLearnedSavers) {
-    savers_.emplace(key, b.weak_label);
+    savers_.emplace(key, learned);
   }
 }
 
-std::uint32_t BlockLifetimes::learned_saver(const BlockLife& b) const {
-  if (b.occurrence == kNoOccurrence || savers_.empty()) return 0;
+const BlockLifetimes::Learned* BlockLifetimes::learned_saver(const BlockLife& b) const {
+  if (b.occurrence == kNoOccurrence || savers_.empty()) return nullptr;
   auto it = savers_.find(saver_key(b));
-  return it != savers_.end() ? it->second : 0;
+  return it != savers_.end() ? &it->second : nullptr;
 }
 
 void BlockLifetimes::phase_begin(std::uint32_t name_id, PhaseKind kind) {
@@ -148,7 +149,10 @@ Resolved BlockLifetimes::resolve(const BlockLife& b, bool freed) const {
       // saves, made with the batch). An input, as the saved-tensor hook's weak tag makes it.
       r.category = !b.forwardish && b.position < last_forward_begin_ ? Category::Input : Category::Activation;
       // The saver the hook named for the same allocation of an earlier step, if it did.
-      if (r.category == Category::Activation) r.label_id = learned_saver(b);
+      if (r.category == Category::Activation) {
+        const Learned* l = learned_saver(b);
+        if (l != nullptr && l->category == Category::Activation) r.label_id = l->label_id;
+      }
       return r;
     }
   }
@@ -160,6 +164,11 @@ Resolved BlockLifetimes::resolve(const BlockLife& b, bool freed) const {
     r.category = Category::Gradient;
   } else if (b.in_optimizer) {
     r.category = Category::OptimizerState;
+  } else if (const Learned* l = learned_saver(b)) {
+    // Nothing in its life decides it: what the hook said of the same allocation of an earlier
+    // step (an activation not yet freed, a target kept past backward).
+    r.category = l->category;
+    r.label_id = l->label_id;
   } else {
     r.category = Category::Unknown;
     r.inferred = false;

@@ -15,12 +15,14 @@
 // from one resolves exactly as the whole stream would.
 //
 // Savers learned from the saved-tensor hook (docs/categories.md, "Savers learned from the hook's
-// first steps"): a block the hook tagged as an activation teaches its key (device, stack,
-// module context, requested bytes, and how many blocks of that device, stack and context the
-// same step made before it) the label the hook gave it, the last one seen winning. An untagged
-// block that lifetimes find to be an activation takes the label its key learned, if any: a step
-// repeats the same allocations in the same order, so the steps after the hook came off read the
-// saver the hook named for the same allocation of an earlier step.
+// first steps"): a block the hook tagged (a weak tag: an activation with its saver's label, or
+// an input) teaches its key (device, stack, module context, requested bytes, and how many
+// blocks of that device, stack and context the same step made before it) that category and
+// label, the last one seen winning. An untagged block with a learned key takes them where
+// lifetimes find an activation (the label) or find nothing (the category too: a target the loop
+// keeps past backward is the input the hook called it): a step repeats the same allocations in
+// the same order, so the steps after the hook came off read what the hook said of the same
+// allocation of an earlier step.
 //
 // Internal to the core. Thread-safety: none; one instance per stream.
 #pragma once
@@ -159,8 +161,12 @@ class BlockLifetimes {
   static SaverKey saver_key(const BlockLife& b) {
     return {device_code(b.device), b.stack_id, b.context_id, b.occurrence, b.requested_bytes};
   }
+  struct Learned {
+    Category category = Category::Unknown;
+    std::uint32_t label_id = 0;
+  };
   void learn_saver(const BlockLife& b);
-  std::uint32_t learned_saver(const BlockLife& b) const;
+  const Learned* learned_saver(const BlockLife& b) const;
 
   absl::flat_hash_map<std::uint64_t, BlockLife> live_;
   std::vector<Open> stack_;
@@ -173,7 +179,7 @@ class BlockLifetimes {
   // The current step's count of blocks per (device code, stack, context), and that step.
   std::uint64_t occurrence_step_ = ~std::uint64_t{0};
   absl::flat_hash_map<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>, std::uint32_t> occurrences_;
-  absl::flat_hash_map<SaverKey, std::uint32_t> savers_;  // key -> the hook's label (string id)
+  absl::flat_hash_map<SaverKey, Learned> savers_;  // key -> what the hook's weak tag said
 };
 
 }  // namespace ridgescope::detail

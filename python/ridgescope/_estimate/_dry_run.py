@@ -157,7 +157,7 @@ def _dry_run(make_model: Callable[..., Any], make_optimizer: Callable[..., Any],
                 if low is not None and not autocast:
                     model.to(low)
             optimizer = make_optimizer(model)
-            instr = Instrumentation(native, model, optimizer, activations=True,
+            instr = Instrumentation(native, model, optimizer, activations="every_step",
                                     other_models=False)  # the callables' model only
             instr.run_extra.update({"dry_run": True, "target_device": device,
                                     "dtype_policy": dtype_policy or "fp32"})
