@@ -62,6 +62,8 @@ struct CompactResult {
 };
 
 // Re-records the full trace `in` as `out` with `options` (a bounded trace when keep_steps > 0).
+// With options.keep_first_steps 0, the keep_first_steps of the recording that wrote `in` (its
+// saved-tensor hook's steps, from its `flight` metadata).
 // Throws TraceError for an unreadable `in`, std::runtime_error when `out` cannot be written or
 // `in` is itself bounded (it lacks the events of the steps it dropped).
 CompactResult compact_trace(const std::string& in, const std::string& out, const FlightOptions& options);

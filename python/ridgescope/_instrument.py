@@ -27,7 +27,7 @@ from torch.utils._pytree import tree_leaves
 from . import _compile, _model_info
 from ._data import DatasetRegistrar
 from ._models import Models
-from ._saved_hooks import SavedTensorHooks, hook_steps
+from ._saved_hooks import NEW_SHAPES_MARK, SavedTensorHooks, hook_steps
 from ._tagging import Tagging
 from ._undo import remove_all
 from .distributed import DistributedTracking
@@ -56,6 +56,8 @@ class Instrumentation(Tagging):
         self._optimizer = optimizer
         # Steps the saved-tensor hook runs in: None every one, 0 none (_saved_hooks.hook_steps)
         self._hook_steps = hook_steps(activations)
+        self._hook_until = self._hook_steps  # the step the hook comes off at (None: never)
+        self._input_shapes: set[tuple] = set()  # the root's input shapes and dtypes seen so far
         self._handles: list[Any] = []
         self._restore: list[Callable[[], None]] = []
         self._saved_hooks: SavedTensorHooks | None = None
@@ -260,6 +262,7 @@ class Instrumentation(Tagging):
                 opened = None
             if opened == "forward":
                 leaves = tree_leaves((args, kwargs))
+                self._on_forward_inputs(leaves)
                 label = self.label("input")
                 for t in leaves:
                     if isinstance(t, torch.Tensor):
@@ -392,12 +395,7 @@ class Instrumentation(Tagging):
         self.module_hook_handles += registration
 
         if self._hook_steps != 0:
-            # The native session's hooks are plain C functions (called per saved tensor); a stand-in
-            # native (the dry run of rs.estimate) has a pack_saved method instead.
-            hooks = getattr(self._native, "saved_tensor_hooks", None)
-            pack, unpack = hooks() if hooks is not None else (self._native.pack_saved, _identity)
-            self._saved_hooks = SavedTensorHooks(pack, unpack)
-            self._saved_hooks.install()
+            self._install_saved_hooks()
         for extension in self.extensions:
             extension.install()
 
@@ -484,6 +482,29 @@ class Instrumentation(Tagging):
         if optimizer is self._counted_optimizer:
             self.mark_step()
 
+    def _install_saved_hooks(self) -> None:
+        # The native session's hooks are plain C functions (called per saved tensor); a stand-in
+        # native (the dry run of rs.estimate) has a pack_saved method instead.
+        hooks = getattr(self._native, "saved_tensor_hooks", None)
+        pack, unpack = hooks() if hooks is not None else (self._native.pack_saved, _identity)
+        self._saved_hooks = SavedTensorHooks(pack, unpack)
+        self._saved_hooks.install()
+
+    def _on_forward_inputs(self, leaves: list[Any]) -> None:
+        """The root's forward begins with these inputs. Shapes or dtypes it has not seen make
+        allocations the hook's steps did not: the hook comes back for this step, to tag them and
+        teach their savers (_saved_hooks.py), and a mark keeps the step in a bounded trace."""
+        if self._hook_steps == 0:
+            return
+        shapes = tuple((tuple(t.shape), t.dtype) for t in leaves if isinstance(t, torch.Tensor))
+        if shapes in self._input_shapes:
+            return
+        self._input_shapes.add(shapes)
+        if self._saved_hooks is None and self._hook_until is not None and self._step >= self._hook_until:
+            self._hook_until = self._step + 1
+            self._native.mark(self.label(NEW_SHAPES_MARK))
+            self._install_saved_hooks()
+
     def _retire_saved_hooks(self) -> None:
         hooks, self._saved_hooks = self._saved_hooks, None
         if hooks is not None:
@@ -504,7 +525,7 @@ class Instrumentation(Tagging):
         self._step += 1
         # The hook's steps are over: from here on activations come from lifetimes, labelled with
         # the savers the hook named for the same allocations (_saved_hooks.py).
-        if self._saved_hooks is not None and self._hook_steps is not None and self._step >= self._hook_steps:
+        if self._saved_hooks is not None and self._hook_until is not None and self._step >= self._hook_until:
             self._retire_saved_hooks()
 
     def discover_models(self) -> None:

@@ -21,7 +21,10 @@ session only. Each later step repeats their allocations, and the analysis labels
 that lifetimes find with the saver the hook named for the same allocation of those steps
 (csrc/core/flight/block_lifetimes.h; docs/categories.md, "Savers learned from the hook's first
 steps"): the same categories and labels for a fraction of the hook's cost, which torch pays per
-saved tensor. ``activations="every_step"`` keeps it on for the whole session.
+saved tensor. When the model's forward gets inputs of a shape or dtype not seen before (a
+last partial batch, a new sequence length), the allocations of that step are new: the hook comes
+back for that step and marks it (NEW_SHAPES_MARK). ``activations="every_step"`` keeps it on for
+the whole session.
 """
 from __future__ import annotations
 
@@ -36,6 +39,9 @@ _autograd = torch._C._autograd
 # events (FlightOptions::keep_first_steps) so that its analysis learns their savers.
 HOOK_STEPS = 2
 EVERY_STEP = "every_step"
+# The mark a step gets when the model's inputs take a shape the hook's steps did not see and the
+# hook comes back for it (rs.mark's record: a bounded trace keeps the step and its neighbours).
+NEW_SHAPES_MARK = "saved-tensor hook: new input shapes"
 
 
 def hook_steps(activations: bool | str) -> int | None:

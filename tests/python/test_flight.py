@@ -17,6 +17,7 @@ import pytest
 import ridgescope as rs
 from ridgescope import _C
 from ridgescope._flight import ENV, parse_keep_steps, resolve_keep_steps
+from ridgescope._saved_hooks import NEW_SHAPES_MARK
 
 from inprocess_cli import ridgescope
 from run_once import once
@@ -110,17 +111,20 @@ def test_the_summaries_of_every_step_equal_those_of_the_full_trace(full_and_boun
 
 
 def test_the_highest_peak_far_from_the_end_is_kept_and_analysed_as_in_the_full_trace(full_and_bounded) -> None:
-    """Given the highest peak in step 200 of 600, then the bounded trace keeps steps 199-200,
-    the marked step with its neighbours and the last ten steps, and its peak (bytes, step,
-    phase, composition, blocks, sites) is the full trace's."""
+    """Given the highest peak in step 200 of 600, then the bounded trace keeps the first two steps
+    (the saved-tensor hook's), steps 199-201 (the peak, whose new batch shape brings the hook back
+    and marks the step), the marked step with its neighbours and the last ten steps, and its peak
+    (bytes, step, phase, composition, blocks, labels, sites) is the full trace's."""
     full, bounded, _, _ = full_and_bounded
     g = bounded["at_a_glance"]
     windows = [(w["first_step"], w["last_step"], w["reasons"]) for w in g["windows"]]
-    assert windows[0] == (PEAK_STEP - 1, PEAK_STEP, ["highest_peak"])
-    assert windows[1] == (MARK_STEP - 1, MARK_STEP + 1, ["mark"])
-    assert windows[2][1] - windows[2][0] + 1 >= 10 and windows[2][2] == ["last_steps"]
+    assert windows[0] == (0, 1, ["first_steps"])  # the saved-tensor hook's steps
+    # The peak step's batch is new: the hook runs again in it and marks it (_saved_hooks.py).
+    assert windows[1] == (PEAK_STEP - 1, PEAK_STEP + 1, ["highest_peak", "mark"])
+    assert windows[2] == (MARK_STEP - 1, MARK_STEP + 1, ["mark"])
+    assert windows[3][1] - windows[3][0] + 1 >= 10 and windows[3][2] == ["last_steps"]
     assert g["max_peak_step"] == full["peak"]["step"] == bounded["peak"]["step"] == PEAK_STEP
-    assert g["marks"] == [[MARK_STEP, "eval"]]
+    assert g["marks"] == [[PEAK_STEP, NEW_SHAPES_MARK], [MARK_STEP, "eval"]]
     for key in ("bytes", "reserved_bytes", "phase", "phase_stack", "by_category", "inferred_by_category",
                 "by_label", "by_site"):
         assert bounded["peak"][key] == full["peak"][key], key
@@ -145,21 +149,24 @@ def test_the_report_opens_with_the_run_at_a_glance(full_and_bounded) -> None:
     glance = text[text.index("The run at a glance"):text.index("Peak:")]
     assert f"highest {_C.format_bytes(bounded['at_a_glance']['max_peak_bytes'])} in step {PEAK_STEP}" in glance
     assert f"step {PEAK_STEP} " in glance and "marked 'eval'" in glance
-    assert f"{PEAK_STEP - 1}-{PEAK_STEP} (highest peak)" in glance
+    assert f"{PEAK_STEP - 1}-{PEAK_STEP + 1} (highest peak, marked)" in glance
     rows = json.dumps(bounded["at_a_glance"]["rows"], separators=(",", ":"))
     assert len(rows) / bounded["at_a_glance"]["steps"] < 200
 
 
 def test_a_live_bounded_run_keeps_every_summary_and_the_peak_step(tmp_path: Path) -> None:
     """Given `ridgescope run --keep-steps 5` on the same script, then its trace is bounded: a
-    summary of every step, the events of the peak step and the one before, of the mark's steps
-    and of the last five; the peak is in step 200."""
+    summary of every step, the events of the first two steps (the saved-tensor hook's), of the
+    peak step and its neighbours (its new batch shape marks it), of the mark's steps and of the
+    last five; the peak is in step 200."""
     report = rs.load(run_script(tmp_path, "5", "live")).to_dict()
     g = report["at_a_glance"]
     assert g["keep_steps"] == 5 and g["steps"] >= STEPS
-    assert [s["step"] for s in report["steps"]][:5] == [PEAK_STEP - 1, PEAK_STEP, MARK_STEP - 1, MARK_STEP, MARK_STEP + 1]
+    assert [s["step"] for s in report["steps"]][:8] == [0, 1, PEAK_STEP - 1, PEAK_STEP, PEAK_STEP + 1,
+                                                        MARK_STEP - 1, MARK_STEP, MARK_STEP + 1]
+    assert g["windows"][0]["first_step"] == 0 and g["windows"][0]["reasons"] == ["first_steps"]
     assert report["peak"]["step"] == PEAK_STEP and g["max_peak_step"] == PEAK_STEP
-    assert len(report["timeline"]["gaps"]["from_ns"]) == 2
+    assert len(report["timeline"]["gaps"]["from_ns"]) == 3
 
 
 def test_the_json_report_keeps_each_steps_row_on_one_line(full_and_bounded) -> None:

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "json_value.h"
 #include "ridgescope/flight.h"
 #include "ridgescope/recorder.h"
 #include "ridgescope/trace_reader.h"
@@ -27,6 +28,20 @@ class IdMap {
   absl::flat_hash_map<std::uint32_t, std::uint32_t> map_;
 };
 
+// The keep_first_steps of the recording that wrote `in` (its `flight` metadata, written when it
+// started; 0 when it has none): the steps its saved-tensor hook ran in.
+std::uint64_t recorded_first_steps(const std::string& in) {
+  TraceReader reader(in);
+  Event e;
+  for (int i = 0; i < 4096 && reader.next(e); ++i) {
+    if (e.kind != EventKind::Metadata || reader.string(e.string_id) != "flight") continue;
+    std::string error;
+    const auto v = detail::parse_json(e.text, &error);
+    return v ? v->get_uint("keep_first_steps").value_or(0) : 0;
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::string flight_metadata(const FlightOptions& options) {
@@ -35,8 +50,11 @@ std::string flight_metadata(const FlightOptions& options) {
          ",\"keep_first_steps\":" + std::to_string(options.keep_first_steps) + "}";
 }
 
-CompactResult compact_trace(const std::string& in, const std::string& out, const FlightOptions& options) {
+CompactResult compact_trace(const std::string& in, const std::string& out, const FlightOptions& given) {
   TraceReader reader(in);
+  FlightOptions options = given;
+  // The steps the recording's saved-tensor hook ran in stay kept, unless the caller says which.
+  if (options.keep_first_steps == 0) options.keep_first_steps = recorded_first_steps(in);
   CompactResult result;
   result.in_bytes = reader.file_bytes();
   Recorder recorder(make_flight_sink(out, options));
