@@ -151,7 +151,10 @@ Resolved BlockLifetimes::resolve(const BlockLife& b, bool freed) const {
       // The saver the hook named for the same allocation of an earlier step, if it did.
       if (r.category == Category::Activation) {
         const Learned* l = learned_saver(b);
-        if (l != nullptr && l->category == Category::Activation) r.label_id = l->label_id;
+        if (l != nullptr && l->category == Category::Activation) {
+          r.label_id = l->label_id;
+          r.inferred = false;  // the hook's word for the same allocation, not a lifetime rule's
+        }
       }
       return r;
     }
@@ -169,6 +172,7 @@ Resolved BlockLifetimes::resolve(const BlockLife& b, bool freed) const {
     // step (an activation not yet freed, a target kept past backward).
     r.category = l->category;
     r.label_id = l->label_id;
+    r.inferred = false;
   } else {
     r.category = Category::Unknown;
     r.inferred = false;

@@ -22,7 +22,7 @@
 // lifetimes find an activation (the label) or find nothing (the category too: a target the loop
 // keeps past backward is the input the hook called it): a step repeats the same allocations in
 // the same order, so the steps after the hook came off read what the hook said of the same
-// allocation of an earlier step.
+// allocation of an earlier step. Such a resolution is not `inferred`: it is the hook's word.
 //
 // Internal to the core. Thread-safety: none; one instance per stream.
 #pragma once
