@@ -194,3 +194,92 @@ def test_hooks_of_the_script_above_the_pair_are_left_alone(trace_path):
     assert is_ridgescope_pair(top(True))
     torch._C._autograd._pop_saved_tensors_default_hooks()
     assert top(True) is None
+
+
+# --------------------------------------------------------------------------- the hook's steps
+def _snapshot_allocations(trace, tmp_path, name):
+    """(size, category, label, category_inferred, step) of every allocation, in order, from the
+    trace's snapshot export."""
+    import pickle
+    path = tmp_path / f"{name}.pickle"
+    rs.load(trace).to_snapshot(path)
+    with open(path, "rb") as f:
+        snapshot = pickle.load(f)  # noqa: S301 - ridgescope's own export of the run just made
+    out = []
+    for e in snapshot["device_traces"][0]:
+        if e["action"] == "alloc":
+            m = e.get("user_metadata") or {}
+            out.append((e["size"], e.get("category"), m.get("label"), m.get("category_inferred"), m.get("step")))
+    return out
+
+
+def _glance_rows(trace):
+    g = rs.load(trace).to_dict()["at_a_glance"]
+    keep = [i for i, c in enumerate(g["columns"]) if not c.endswith("_ns")]
+    return [[row[i] for i in keep] for row in g["rows"]]
+
+
+def _train(trace, activations, batches, on_top=None):
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with rs.track(model=model, optimizer=opt, out=trace, activations=activations):
+        for x in batches:
+            opt.zero_grad()
+            loss = model(x)
+            if on_top is not None:
+                on_top.append(is_ridgescope_pair(top(True)))
+            loss.backward()
+            opt.step()
+    return trace
+
+
+@pytest.mark.parametrize("keep_steps", ["all", 3])
+def test_by_default_the_hook_runs_in_the_first_two_steps_and_later_steps_read_what_it_said(tmp_path, keep_steps):
+    """Given two blocks trained 6 steps from the same seed, by default and with the hook on every
+    step, when the default's third step begins, then the pair is off torch's stack; and every
+    allocation of the default run has the category and the label (the module that saved it) the
+    every-step run gives it, none of them inferred, and the per-step summaries are the same, in a
+    full trace and in a bounded one (which keeps the first two steps)."""
+    batches = [torch.randn(64, 16, generator=torch.Generator().manual_seed(i)) for i in range(6)]
+    on_top = []
+    torch.manual_seed(0)
+    default = _train(tmp_path / "default.rstrace", True, batches, on_top)
+    torch.manual_seed(0)
+    truth = _train(tmp_path / "truth.rstrace", EVERY_STEP, batches)
+    assert on_top == [True, True, False, False, False, False]
+    if keep_steps != "all":
+        bounded = tmp_path / "bounded.rstrace"
+        rs._C.compact_trace(str(default), str(bounded), keep_steps)
+        kept = rs.load(bounded).to_dict()
+        assert kept["at_a_glance"]["windows"][0]["first_step"] == 0
+        assert "first_steps" in kept["at_a_glance"]["windows"][0]["reasons"]
+        assert kept["peak"]["by_label"] == rs.load(truth).to_dict()["peak"]["by_label"]
+        assert _glance_rows(bounded) == _glance_rows(truth)
+        return
+    ours, theirs = _snapshot_allocations(default, tmp_path, "d"), _snapshot_allocations(truth, tmp_path, "t")
+    assert [a[0] for a in ours] == [a[0] for a in theirs]
+    later = [(a, b) for a, b in zip(ours, theirs) if a[4] >= 2]
+    activations = [(a, b) for a, b in later if b[1] == "activation"]
+    assert sum(a[0] for a, _ in activations if a[2].startswith("activation saved in")) > 0
+    assert ours == theirs
+    assert _glance_rows(default) == _glance_rows(truth)
+
+
+def test_a_step_with_inputs_of_a_new_shape_runs_the_hook_again_and_is_marked(tmp_path):
+    """Given a default run whose fourth step takes a batch of another size, then the pair is on
+    the stack for that step only (and the first two), the step is marked, and every allocation
+    of the run is as the every-step run's."""
+    batches = [torch.randn(32 if i == 3 else 64, 16, generator=torch.Generator().manual_seed(i)) for i in range(6)]
+    on_top = []
+    torch.manual_seed(0)
+    default = _train(tmp_path / "default.rstrace", True, batches, on_top)
+    torch.manual_seed(0)
+    truth = _train(tmp_path / "truth.rstrace", EVERY_STEP, batches)
+    assert on_top == [True, True, False, True, False, False]
+    assert rs.load(default).to_dict()["at_a_glance"]["marks"] == [[3, saved_hooks.NEW_SHAPES_MARK]]
+    assert _snapshot_allocations(default, tmp_path, "d") == _snapshot_allocations(truth, tmp_path, "t")
+
+
+def test_activations_takes_true_false_or_every_step():
+    with pytest.raises(ValueError, match="activations must be True, False or 'every_step'"):
+        rs.track(activations="sometimes")
