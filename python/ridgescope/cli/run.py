@@ -26,9 +26,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capacity", default=None, metavar="SIZE",
                         help="simulate a device of SIZE (e.g. 2GiB) on the CPU: past it the script "
                              "gets torch.OutOfMemoryError, and the report explains it")
-    parser.add_argument("--no-activations-hook", action="store_true",
-                        help="do not install the saved-tensor hook (lower overhead; activations "
-                             "are inferred from lifetimes)")
+    hook = parser.add_mutually_exclusive_group()
+    hook.add_argument("--no-activations-hook", action="store_true",
+                      help="do not install the saved-tensor hook (lower overhead; activations are "
+                           "inferred from lifetimes and named after the module that made them)")
+    hook.add_argument("--activations-hook-every-step", action="store_true",
+                      help="run the saved-tensor hook in every step (by default it runs in the "
+                           "first two and in steps with new input shapes; the others read the "
+                           "savers it named: docs/categories.md)")
     parser.add_argument("--stacks", choices=_C.STACK_MODES, default="site",
                         help="where each allocation was made (docs/sites.md): 'site' (default) the "
                              "innermost frame of your code, or the autograd node in backward; "
@@ -54,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from .._errors import RidgescopeError
     from .._flight import RUN_DEFAULT
     from .._format import format_bytes
+    from .._saved_hooks import EVERY_STEP
     from .._session import Session
 
     script = args.script
@@ -61,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
         raise RidgescopeError(f"no such script: {script}")
     try:
         session = Session(out=args.out or Path(f"{script.stem}.rstrace"),
-                          activations=not args.no_activations_hook, capacity=args.capacity,
+                          activations=(False if args.no_activations_hook else
+                                       EVERY_STEP if args.activations_hook_every_step else True),
+                          capacity=args.capacity,
                           stacks=None if args.stacks == "none" else args.stacks,
                           cupti=False if args.no_cupti else None, host_memory=not args.no_host_memory,
                           keep_steps=args.keep_steps, keep_steps_default=RUN_DEFAULT)

@@ -88,7 +88,7 @@ class TrackedRun:
     directory the framework gives to ``start``) or a directory; ``step_offset`` maps the
     report's step numbers to the framework's (docs/integrations.md)."""
 
-    def __init__(self, *, dirpath: str | os.PathLike[str] | None, activations: bool,
+    def __init__(self, *, dirpath: str | os.PathLike[str] | None, activations: bool | str,
                  capacity: int | str | None, tensorboard: bool | str | os.PathLike[str],
                  html: bool, step_offset: int, framework: str, keep_steps: KeepSteps = None) -> None:
         if keep_steps is not None:

@@ -50,7 +50,7 @@ def _callback_bases() -> tuple[type, ...]:
 class _Adapter(RunResults):
     """The callback's behaviour; ``RidgescopeCallback`` adds Lightning's Callback base(s)."""
 
-    def __init__(self, dirpath: str | os.PathLike[str] | None = None, *, activations: bool = True,
+    def __init__(self, dirpath: str | os.PathLike[str] | None = None, *, activations: bool | str = True,
                  capacity: int | str | None = None,
                  tensorboard: bool | str | os.PathLike[str] = False, html: bool = True,
                  keep_steps: int | str | None = None) -> None:

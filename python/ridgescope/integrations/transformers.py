@@ -95,7 +95,7 @@ class RidgescopeCallback(RunResults, TrainerCallback):
     ``html``: write the HTML report beside the trace."""
 
     def __init__(self, output_dir: str | os.PathLike[str] | None = None, *,
-                 activations: bool = True, capacity: int | str | None = None,
+                 activations: bool | str = True, capacity: int | str | None = None,
                  tensorboard: bool | str | os.PathLike[str] = False, html: bool = True,
                  keep_steps: int | str | None = None) -> None:
         self._run = TrackedRun(dirpath=output_dir, activations=activations, capacity=capacity,
