@@ -9,13 +9,17 @@ these variants:
                     also the two models' memory placement), the floor under which no other
                     ratio can be told from 1
   tracked           inside ``rs.track(model=..., optimizer=...)`` writing a trace to a temp file
-                    (activations tagged by the saved-tensor hook, and each allocation's site:
-                    the defaults)
+                    (activations tagged by the saved-tensor hook in the session's first two
+                    steps, which are warm-up here, and read from what it said afterwards, and
+                    each allocation's site: the defaults)
   tracked_bounded   the same with ``keep_steps=20``: the flight recorder's bounded trace, the
                     default of ``ridgescope run`` and the integrations (docs/long-runs.md)
   tracked_bounded_idle_writer
                     the same with ``RIDGESCOPE_WRITER=idle``: the trace writer thread at the
                     idle scheduling class instead of the normal one (recorder.h), not a default
+  tracked_bounded_every_step
+                    ``tracked_bounded`` with ``activations="every_step"``: the saved-tensor hook
+                    in every step (the default before 2026-12-07)
   tracked_bounded_lifetime
                     ``tracked_bounded`` with ``activations=False`` (no saved-tensor hook): with
                     ``tracked`` and ``tracked_lifetime`` it separates the hook's cost from the
@@ -95,13 +99,14 @@ from models import TinyGPT, gpt_batch, gpt_loss  # noqa: E402
 import ridgescope as rs  # noqa: E402
 
 VARIANTS = ("untracked", "untracked_control", "tracked", "tracked_bounded",
-            "tracked_bounded_idle_writer", "tracked_bounded_lifetime", "tracked_nosites", "tracked_python",
+            "tracked_bounded_idle_writer", "tracked_bounded_every_step", "tracked_bounded_lifetime", "tracked_nosites", "tracked_python",
             "tracked_lifetime",
             "profiler", "compiled", "compiled_tracked", "compiled_tracked_lifetime")
 DEFAULT_VARIANTS = ("untracked", "untracked_control", "tracked", "tracked_bounded", "tracked_nosites",
                     "tracked_python", "tracked_lifetime", "profiler")
 TRACKED = {"tracked": {"keep_steps": "all"}, "tracked_bounded": {"keep_steps": 20},
            "tracked_bounded_idle_writer": {"keep_steps": 20},
+           "tracked_bounded_every_step": {"keep_steps": 20, "activations": "every_step"},
            "tracked_bounded_lifetime": {"keep_steps": 20, "activations": False},
            "tracked_nosites": {"stacks": None}, "tracked_python": {"stacks": "python"},
            "tracked_lifetime": {"activations": False},
