@@ -219,6 +219,15 @@ def _glance_rows(trace):
     return [[row[i] for i in keep] for row in g["rows"]]
 
 
+def _default_and_truth(tmp_path, batches, on_top):
+    """The same training from the same seed by default (`on_top`: whether the pair was on top at
+    each step's backward) and with the hook on every step."""
+    torch.manual_seed(0)
+    default = _train(tmp_path / "default.rstrace", True, batches, on_top)
+    torch.manual_seed(0)
+    return default, _train(tmp_path / "truth.rstrace", EVERY_STEP, batches)
+
+
 def _train(trace, activations, batches, on_top=None):
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -242,10 +251,7 @@ def test_by_default_the_hook_runs_in_the_first_two_steps_and_later_steps_read_wh
     full trace and in a bounded one (which keeps the first two steps)."""
     batches = [torch.randn(64, 16, generator=torch.Generator().manual_seed(i)) for i in range(6)]
     on_top = []
-    torch.manual_seed(0)
-    default = _train(tmp_path / "default.rstrace", True, batches, on_top)
-    torch.manual_seed(0)
-    truth = _train(tmp_path / "truth.rstrace", EVERY_STEP, batches)
+    default, truth = _default_and_truth(tmp_path, batches, on_top)
     assert on_top == [True, True, False, False, False, False]
     if keep_steps != "all":
         bounded = tmp_path / "bounded.rstrace"
@@ -271,10 +277,7 @@ def test_a_step_with_inputs_of_a_new_shape_runs_the_hook_again_and_is_marked(tmp
     of the run is as the every-step run's."""
     batches = [torch.randn(32 if i == 3 else 64, 16, generator=torch.Generator().manual_seed(i)) for i in range(6)]
     on_top = []
-    torch.manual_seed(0)
-    default = _train(tmp_path / "default.rstrace", True, batches, on_top)
-    torch.manual_seed(0)
-    truth = _train(tmp_path / "truth.rstrace", EVERY_STEP, batches)
+    default, truth = _default_and_truth(tmp_path, batches, on_top)
     assert on_top == [True, True, False, True, False, False]
     assert rs.load(default).to_dict()["at_a_glance"]["marks"] == [[3, saved_hooks.NEW_SHAPES_MARK]]
     assert _snapshot_allocations(default, tmp_path, "d") == _snapshot_allocations(truth, tmp_path, "t")

@@ -3,9 +3,11 @@
 
 #include "catch.h"
 #include "ridgescope/analysis.h"
+#include "report_queries.h"
 #include "trace_builder.h"
 
 using namespace ridgescope;
+using ridgescope::testing::peak_label_bytes;
 using ridgescope::testing::TempPath;
 using ridgescope::testing::TraceBuilder;
 
@@ -483,15 +485,6 @@ SCENARIO("an untagged block is labelled by the module that made it", "[core][ana
   CHECK(r.peak.by_label.at(0).label == "unknown in layers.0.attn");
 }
 
-namespace {
-std::uint64_t label_bytes(const Report& r, const std::string& label) {
-  std::uint64_t n = 0;
-  for (const auto& l : r.peak.by_label)
-    if (l.label == label) n += l.bytes;
-  return n;
-}
-}  // namespace
-
 SCENARIO("an activation lifetimes find takes the saver the hook named for the same allocation of an earlier step",
          "[core][analysis]") {
   GIVEN("two steps in which the hook tags two same-sized blocks made in layers.0 with different "
@@ -525,9 +518,9 @@ SCENARIO("an activation lifetimes find takes the saver the hook named for the sa
       CHECK(r.peak.bytes == 904);
       CHECK(cat(r.peak.by_category, Category::Activation) == 904);
       CHECK(cat(r.peak.inferred_by_category, Category::Activation) == 504);
-      CHECK(label_bytes(r, "activation saved in layers.1") == 400);
-      CHECK(label_bytes(r, "activation saved in layers.0") == 0);
-      CHECK(label_bytes(r, "activation in layers.0") == 504);
+      CHECK(peak_label_bytes(r, "activation saved in layers.1") == 400);
+      CHECK(peak_label_bytes(r, "activation saved in layers.0") == 0);
+      CHECK(peak_label_bytes(r, "activation in layers.0") == 504);
     }
   }
   GIVEN("the same allocations made at two different sites") {
@@ -545,7 +538,7 @@ SCENARIO("an activation lifetimes find takes the saver the hook named for the sa
     THEN("the later one learns nothing from the other site") {
       REQUIRE(r.peak.step == 1);
       CHECK(cat(r.peak.inferred_by_category, Category::Activation) == 404);
-      CHECK(label_bytes(r, "activation saved in a") == 0);
+      CHECK(peak_label_bytes(r, "activation saved in a") == 0);
     }
   }
 }

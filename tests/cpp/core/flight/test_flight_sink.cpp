@@ -10,9 +10,11 @@
 #include "ridgescope/memory_layers.h"
 #include "ridgescope/flight.h"
 #include "ridgescope/trace_reader.h"
+#include "report_queries.h"
 #include "trace_builder.h"
 
 using namespace ridgescope;
+using ridgescope::testing::peak_label_bytes;
 using ridgescope::testing::TempPath;
 using ridgescope::testing::TraceBuilder;
 
@@ -313,15 +315,6 @@ SCENARIO("a kept window's device ledger holds the allocations outside PyTorch th
   }
 }
 
-namespace {
-std::uint64_t label_bytes(const Report& r, const std::string& label) {
-  std::uint64_t n = 0;
-  for (const auto& l : r.peak.by_label)
-    if (l.label == label) n += l.bytes;
-  return n;
-}
-}  // namespace
-
 SCENARIO("a bounded trace keeps the steps the saved-tensor hook ran in, so that its later steps "
          "name the savers the full trace names", "[core][flight]") {
   GIVEN("the 60-step run with the hook in its first 5 steps only (one of each size of the saved "
@@ -344,7 +337,7 @@ SCENARIO("a bounded trace keeps the steps the saved-tensor hook ran in, so that 
     THEN("in the full trace the peak step's untagged activation carries the saver learned in the "
          "hook's steps") {
       REQUIRE(full.peak.step == kPeakStep);
-      CHECK(label_bytes(full, "activation saved in fc1") == 2048 + 64 * (kPeakStep % 5));
+      CHECK(peak_label_bytes(full, "activation saved in fc1") == 2048 + 64 * (kPeakStep % 5));
       // The learned saver is the hook's word: only the untagged one inferred from its lifetime.
       CHECK(full.peak.inferred_by_category[category_index(Category::Activation)] == 1536);
     }
@@ -365,7 +358,7 @@ SCENARIO("a bounded trace keeps the steps the saved-tensor hook ran in, so that 
     THEN("one that dropped them has the same bytes but not the learned saver") {
       CHECK(lost.peak.bytes == full.peak.bytes);
       CHECK(lost.peak.by_category == full.peak.by_category);
-      CHECK(label_bytes(lost, "activation saved in fc1") == 0);
+      CHECK(peak_label_bytes(lost, "activation saved in fc1") == 0);
     }
   }
 }
