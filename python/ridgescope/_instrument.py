@@ -27,7 +27,7 @@ from torch.utils._pytree import tree_leaves
 from . import _compile, _model_info
 from ._data import DatasetRegistrar
 from ._models import Models
-from ._saved_hooks import NEW_SHAPES_MARK, SavedTensorHooks, hook_steps
+from ._saved_hooks import MAX_NEW_SHAPE_STEPS, NEW_SHAPES_MARK, SavedTensorHooks, hook_steps
 from ._tagging import Tagging
 from ._undo import remove_all
 from .distributed import DistributedTracking
@@ -58,6 +58,7 @@ class Instrumentation(Tagging):
         self._hook_steps = hook_steps(activations)
         self._hook_until = self._hook_steps  # the step the hook comes off at (None: never)
         self._input_shapes: set[tuple] = set()  # the root's input shapes and dtypes seen so far
+        self._new_shape_steps = 0  # steps the hook came back for (at most MAX_NEW_SHAPE_STEPS)
         self._handles: list[Any] = []
         self._restore: list[Callable[[], None]] = []
         self._saved_hooks: SavedTensorHooks | None = None
@@ -494,13 +495,14 @@ class Instrumentation(Tagging):
         """The root's forward begins with these inputs. Shapes or dtypes it has not seen make
         allocations the hook's steps did not: the hook comes back for this step, to tag them and
         teach their savers (_saved_hooks.py), and a mark keeps the step in a bounded trace."""
-        if self._hook_steps == 0:
+        if self._hook_steps == 0 or self._new_shape_steps >= MAX_NEW_SHAPE_STEPS:
             return
         shapes = tuple((tuple(t.shape), t.dtype) for t in leaves if isinstance(t, torch.Tensor))
         if shapes in self._input_shapes:
             return
         self._input_shapes.add(shapes)
         if self._saved_hooks is None and self._hook_until is not None and self._step >= self._hook_until:
+            self._new_shape_steps += 1
             self._hook_until = self._step + 1
             self._native.mark(self.label(NEW_SHAPES_MARK))
             self._install_saved_hooks()

@@ -23,8 +23,8 @@ that lifetimes find with the saver the hook named for the same allocation of tho
 steps"): the same categories and labels for a fraction of the hook's cost, which torch pays per
 saved tensor. When the model's forward gets inputs of a shape or dtype not seen before (a
 last partial batch, a new sequence length), the allocations of that step are new: the hook comes
-back for that step and marks it (NEW_SHAPES_MARK). ``activations="every_step"`` keeps it on for
-the whole session.
+back for that step and marks it (NEW_SHAPES_MARK), at most MAX_NEW_SHAPE_STEPS times.
+``activations="every_step"`` keeps it on for the whole session.
 """
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ EVERY_STEP = "every_step"
 # The mark a step gets when the model's inputs take a shape the hook's steps did not see and the
 # hook comes back for it (rs.mark's record: a bounded trace keeps the step and its neighbours).
 NEW_SHAPES_MARK = "saved-tensor hook: new input shapes"
+# How many times the hook comes back for new shapes in a session: a run whose shapes keep changing
+# (unpacked sequences of every length) would otherwise run it, and mark, nearly every step.
+# Past it, activations of unseen shapes keep the lifetime rule's label.
+MAX_NEW_SHAPE_STEPS = 8
 
 
 def hook_steps(activations: bool | str) -> int | None:

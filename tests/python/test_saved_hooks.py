@@ -286,3 +286,16 @@ def test_a_step_with_inputs_of_a_new_shape_runs_the_hook_again_and_is_marked(tmp
 def test_activations_takes_true_false_or_every_step():
     with pytest.raises(ValueError, match="activations must be True, False or 'every_step'"):
         rs.track(activations="sometimes")
+
+
+def test_the_hook_comes_back_for_new_shapes_a_bounded_number_of_times(tmp_path):
+    """Given a default run whose batch size changes every step, then the hook comes back for the
+    first MAX_NEW_SHAPE_STEPS new shapes after its own steps and no more, each of them marked."""
+    n = 2 + saved_hooks.MAX_NEW_SHAPE_STEPS + 3
+    batches = [torch.randn(8 + i, 16, generator=torch.Generator().manual_seed(i)) for i in range(n)]
+    on_top = []
+    torch.manual_seed(0)
+    trace = _train(tmp_path / "default.rstrace", True, batches, on_top)
+    assert on_top == [True] * (2 + saved_hooks.MAX_NEW_SHAPE_STEPS) + [False] * 3
+    marks = rs.load(trace).to_dict()["at_a_glance"]["marks"]
+    assert marks == [[s, saved_hooks.NEW_SHAPES_MARK] for s in range(2, 2 + saved_hooks.MAX_NEW_SHAPE_STEPS)]
