@@ -27,7 +27,7 @@ from torch.utils._pytree import tree_leaves
 from . import _compile, _model_info
 from ._data import DatasetRegistrar
 from ._models import Models
-from ._saved_hooks import MAX_NEW_SHAPE_STEPS, NEW_SHAPES_MARK, SavedTensorHooks, hook_steps
+from ._saved_hooks import MAX_NEW_SHAPE_STEPS, NEW_SHAPES_MARK, SavedTensorHooks, hook_steps, stack_is_empty
 from ._tagging import Tagging
 from ._undo import remove_all
 from .distributed import DistributedTracking
@@ -501,7 +501,10 @@ class Instrumentation(Tagging):
         if shapes in self._input_shapes:
             return
         self._input_shapes.add(shapes)
-        if self._saved_hooks is None and self._hook_until is not None and self._step >= self._hook_until:
+        # Never above the script's own hooks (save_on_cpu around the forward): the top pair is
+        # the only one torch calls, so pushing ours would stop theirs.
+        if (self._saved_hooks is None and self._hook_until is not None and self._step >= self._hook_until
+                and stack_is_empty()):
             self._new_shape_steps += 1
             self._hook_until = self._step + 1
             self._native.mark(self.label(NEW_SHAPES_MARK))

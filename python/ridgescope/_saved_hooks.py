@@ -122,6 +122,13 @@ class SavedTensorHooks:
             _autograd._pop_saved_tensors_default_hooks()
 
 
+def stack_is_empty() -> bool:
+    """Whether this thread has no default saved-tensor hooks on torch's stack now (False where
+    torch cannot say): the only time the pair may be pushed mid-session without hiding the
+    script's own (offloading, checkpointing)."""
+    return _top is not None and _top(True) is None
+
+
 def builds_graph(args: tuple, kwargs: dict, position: int) -> bool:
     """Whether a call of ``torch.autograd.backward`` (``create_graph`` is its 4th parameter) or
     ``torch.autograd.grad`` (its 5th) asks for a graph of the backward."""

@@ -299,3 +299,26 @@ def test_the_hook_comes_back_for_new_shapes_a_bounded_number_of_times(tmp_path):
     assert on_top == [True] * (2 + saved_hooks.MAX_NEW_SHAPE_STEPS) + [False] * 3
     marks = rs.load(trace).to_dict()["at_a_glance"]["marks"]
     assert marks == [[s, saved_hooks.NEW_SHAPES_MARK] for s in range(2, 2 + saved_hooks.MAX_NEW_SHAPE_STEPS)]
+
+
+def test_a_new_shape_inside_the_scripts_own_hooks_leaves_them_on_top(tmp_path):
+    """Given a default run whose fourth step takes a new batch size inside torch's save_on_cpu
+    (the script's own saved-tensor hooks), then ridgescope's pair is not pushed above them: the
+    top pair in that forward is the script's, and the step is not marked."""
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    tops = []
+    with rs.track(model=model, optimizer=opt, out=tmp_path / "t.rstrace") as session:
+        for i in range(5):
+            x = torch.randn(32 if i == 3 else 64, 16)
+            opt.zero_grad()
+            if i == 3:
+                with torch.autograd.graph.save_on_cpu():
+                    loss = model(x)
+                    tops.append(top(True))
+            else:
+                loss = model(x)
+            loss.backward()
+            opt.step()
+    assert tops[0] is not None and not is_ridgescope_pair(tops[0])
+    assert rs.load(session.path).to_dict()["at_a_glance"]["marks"] == []
