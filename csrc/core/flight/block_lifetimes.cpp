@@ -24,11 +24,11 @@ BlockLife& BlockLifetimes::alloc(const Event& e, std::uint64_t step, std::option
   b.stream = e.stream;
   b.context_id = e.string_id;
   b.stack_id = e.stack_id;
-  if (step != occurrence_step_) {
-    occurrences_.clear();
-    occurrence_step_ = step;
-  }
-  b.occurrence = occurrences_[{device_code(e.device), e.stack_id, e.string_id}]++;
+  // Counted per step: a count last bumped in another step starts again (no clear() per step,
+  // which would give a large table's memory back and take it again every step).
+  Occurrences& n = occurrences_[{device_code(e.device), e.stack_id, e.string_id}];
+  if (n.step != step) n = Occurrences{step, 0};
+  b.occurrence = n.count++;
   b.alloc_phase_id = stack_.empty() ? 0 : stack_.back().name_id;
   b.alloc_step = step;
   b.idle_epoch = idle_epoch_;

@@ -176,9 +176,12 @@ class BlockLifetimes {
   std::uint64_t idle_epoch_ = 0;
   std::uint64_t last_forward_begin_ = 0;
   bool have_forward_ = false;
-  // The current step's count of blocks per (device code, stack, context), and that step.
-  std::uint64_t occurrence_step_ = ~std::uint64_t{0};
-  absl::flat_hash_map<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>, std::uint32_t> occurrences_;
+  // Blocks made per (device code, stack, context) in the step that last made one.
+  struct Occurrences {
+    std::uint64_t step = ~std::uint64_t{0};
+    std::uint32_t count = 0;
+  };
+  absl::flat_hash_map<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>, Occurrences> occurrences_;
   absl::flat_hash_map<SaverKey, Learned> savers_;  // key -> what the hook's weak tag said
 };
 
