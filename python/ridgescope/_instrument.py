@@ -79,7 +79,6 @@ class Instrumentation(Tagging):
         self._counted_optimizer = optimizer
         self._step_phases: dict[int, bool] = {}  # id(optimizer) -> its step opened optimizer_step
         self.run_extra: dict[str, Any] = {}  # more of the run's description (the capacity)
-        self.run_extra["saved_tensor_hook"] = {"steps": self._hook_steps}
         # Called once when a discovered root module holds CUDA tensors (starts the CUDA source).
         self.on_cuda_module: Callable[[], None] | None = None
         self._params = self._all_params()
@@ -495,8 +494,8 @@ class Instrumentation(Tagging):
         """The root's forward begins with these inputs. Shapes or dtypes it has not seen make
         allocations the hook's steps did not: the hook comes back for this step, to tag them and
         teach their savers (_saved_hooks.py), and a mark keeps the step in a bounded trace."""
-        if self._hook_steps == 0 or self._new_shape_steps >= MAX_NEW_SHAPE_STEPS:
-            return
+        if not self._hook_steps or self._new_shape_steps >= MAX_NEW_SHAPE_STEPS:
+            return  # no hook, or one on every step: nothing to bring back
         shapes = tuple((tuple(t.shape), t.dtype) for t in leaves if isinstance(t, torch.Tensor))
         if shapes in self._input_shapes:
             return

@@ -34,6 +34,8 @@ from typing import Any, Callable
 import torch
 
 _autograd = torch._C._autograd
+# Which hook pair is on top (torch 2.6+); without it nothing is ever suspended.
+_top = getattr(_autograd, "_top_saved_tensors_default_hooks", None)
 
 # The steps of a session the saved-tensor hook runs in by default; a bounded trace keeps their
 # events (FlightOptions::keep_first_steps) so that its analysis learns their savers.
@@ -59,8 +61,6 @@ def hook_steps(activations: bool | str) -> int | None:
     if activations == EVERY_STEP:
         return None
     raise ValueError(f"activations must be True, False or {EVERY_STEP!r}, got {activations!r}")
-# Which hook pair is on top (torch 2.6+); without it nothing is ever suspended.
-_top = getattr(_autograd, "_top_saved_tensors_default_hooks", None)
 
 
 class SavedTensorHooks:

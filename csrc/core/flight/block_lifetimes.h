@@ -143,8 +143,6 @@ class BlockLifetimes {
 
   // The open phases, outermost first (string ids).
   std::vector<std::uint32_t> open_phases() const;
-  // How many keys have a learned saver (for tests and the bound above).
-  std::size_t learned_savers() const { return savers_.size(); }
   bool idle() const { return stack_.empty(); }
   std::uint64_t next_uid() const { return next_uid_; }
 
