@@ -14,7 +14,20 @@ bool BlockLifetimes::open(std::uint64_t serial) const {
 }
 
 BlockLife& BlockLifetimes::alloc(const Event& e, std::uint64_t step, std::optional<EndedBlock>* replaced) {
-  BlockLife b;
+  // Counted per step: a count last bumped in another step starts again (no clear() per step,
+  // which would give a large table's memory back and take it again every step).
+  Occurrences& n = occurrences_[{device_code(e.device), e.stack_id, e.string_id}];
+  if (n.step != step) n = Occurrences{step, 0};
+  const std::uint32_t occurrence = n.count++;
+  // Made in its slot of the table, not copied there: the writer thread does this per allocation.
+  auto [it, inserted] = live_.try_emplace(block_key(e.device, e.addr));
+  if (!inserted) {  // a missed free: the old block ends here
+    if (replaced != nullptr) {
+      *replaced = EndedBlock{it->second, it->second.final ? *it->second.final : resolve(it->second, false)};
+    }
+    it->second = BlockLife{};
+  }
+  BlockLife& b = it->second;
   b.uid = next_uid_++;
   b.position = position_++;
   b.device = e.device;
@@ -24,27 +37,18 @@ BlockLife& BlockLifetimes::alloc(const Event& e, std::uint64_t step, std::option
   b.stream = e.stream;
   b.context_id = e.string_id;
   b.stack_id = e.stack_id;
-  // Counted per step: a count last bumped in another step starts again (no clear() per step,
-  // which would give a large table's memory back and take it again every step).
-  Occurrences& n = occurrences_[{device_code(e.device), e.stack_id, e.string_id}];
-  if (n.step != step) n = Occurrences{step, 0};
-  b.occurrence = n.count++;
+  b.occurrence = occurrence;
   b.alloc_phase_id = stack_.empty() ? 0 : stack_.back().name_id;
   b.alloc_step = step;
   b.idle_epoch = idle_epoch_;
   b.instance = stack_.empty() ? 0 : stack_.back().serial;
-  b.forwardish = stack_has(PhaseKind::Forward) || stack_has(PhaseKind::Recompute);
-  b.in_backward = stack_has(PhaseKind::Backward);
-  b.in_optimizer = stack_has(PhaseKind::OptimizerStep);
-  b.in_compile = stack_has(PhaseKind::Compile);
-  auto [it, inserted] = live_.try_emplace(block_key(e.device, e.addr), b);
-  if (!inserted) {  // a missed free: the old block ends here
-    if (replaced != nullptr) {
-      *replaced = EndedBlock{it->second, it->second.final ? *it->second.final : resolve(it->second, false)};
-    }
-    it->second = b;
+  for (const Open& o : stack_) {
+    b.forwardish |= o.kind == PhaseKind::Forward || o.kind == PhaseKind::Recompute;
+    b.in_backward |= o.kind == PhaseKind::Backward;
+    b.in_optimizer |= o.kind == PhaseKind::OptimizerStep;
+    b.in_compile |= o.kind == PhaseKind::Compile;
   }
-  return it->second;
+  return b;
 }
 
 std::optional<EndedBlock> BlockLifetimes::free(const Event& e) {

@@ -8,12 +8,20 @@
 namespace ridgescope::detail {
 
 StepSummarizer::DeviceState& StepSummarizer::device(Device d) {
-  auto [it, inserted] = devices_.try_emplace(device_code(d));
+  const std::uint64_t code = device_code(d);
+  if (last_device_.state != nullptr && last_device_.code == code) {
+    last_device_.state->active = true;
+    return *last_device_.state;
+  }
+  auto [it, inserted] = devices_.try_emplace(code);
   if (inserted) {
     it->second.device = d;
     it->second.open_peaks.assign(open_names_.size(), 0);
   }
   it->second.active = true;
+  // Set after the insertion, which may have moved every entry (the table never erases one).
+  last_device_.code = code;
+  last_device_.state = &it->second;
   return it->second;
 }
 

@@ -117,6 +117,18 @@ class StepSummarizer {
   BlockLifetimes lifetimes_;
   WindowTracker window_;
   absl::flat_hash_map<std::uint64_t, DeviceState> devices_;  // by device_code
+  // The device of the last lookup (nearly every event is on the same one). A copy or move of the
+  // summarizer starts without it: the pointer is into this object's table.
+  struct LastDevice {
+    std::uint64_t code = 0;
+    DeviceState* state = nullptr;
+    LastDevice() = default;
+    LastDevice(const LastDevice&) noexcept {}
+    LastDevice& operator=(const LastDevice&) noexcept {
+      state = nullptr;
+      return *this;
+    }
+  } last_device_;
   std::vector<std::uint32_t> open_names_;   // the open phases, aligned with the lifetimes' stack
   std::vector<PhaseKind> kinds_;            // by string id: the phase kind its text names
   std::vector<StepSummary> completed_;

@@ -110,7 +110,8 @@ struct Definition {
 // lays it out (version 1 has no frame or stack kinds, and no stack id in alloc records: there
 // they are unknown kinds and ignored trailing bytes; before version 3 kinds 13 and 14, the
 // external allocations, are unknown timed kinds). UnknownKind records (from a newer writer)
-// are skipped whole; Malformed means the payload is inconsistent. A frame or stack record's
+// are skipped whole (*out untouched); Malformed means the payload is inconsistent (*out then holds
+// whatever was decoded before the inconsistency). A frame or stack record's
 // content goes to *definition when it is not null, a summary's or checkpoint's to *flight. A
 // time_base record (version 4) sets the clock and decodes as an Event of kind TimeBase.
 DecodeStatus decode_record(std::string_view payload, std::size_t* pos, CodecClock& clock,

@@ -25,6 +25,12 @@ inline void put_varint(std::string& out, std::uint64_t v) {
 inline bool get_varint(std::string_view in, std::size_t* pos, std::uint64_t* v) {
   std::uint64_t result = 0;
   std::size_t p = *pos;
+  // One byte, the common case (kinds, devices, ids, small sizes and time deltas): no loop.
+  if (p < in.size() && static_cast<std::uint8_t>(in[p]) < 0x80) {
+    *v = static_cast<std::uint8_t>(in[p]);
+    *pos = p + 1;
+    return true;
+  }
   for (int shift = 0; shift < 64; shift += 7) {
     if (p >= in.size()) return false;
     const auto byte = static_cast<std::uint8_t>(in[p++]);
@@ -50,6 +56,9 @@ inline std::uint32_t get_u32(const char* in) {
 }
 
 // CRC-32 (IEEE 802.3, the zlib polynomial), so `python -c "zlib.crc32(...)"` can check a chunk.
+// Uses the CPU's carry-less multiply where it has one (x86-64 with PCLMULQDQ), else tables.
 std::uint32_t crc32(std::string_view data) noexcept;
+// The same checksum by tables alone, on every CPU (what crc32() is checked against).
+std::uint32_t crc32_portable(std::string_view data) noexcept;
 
 }  // namespace ridgescope::detail
