@@ -272,6 +272,32 @@ class Walker final : public PythonFrameWalker {
   // Whether this thread's frames start with `path` (and, when `whole`, are exactly `path`).
   // Unless `innermost_line`, the innermost frame may be at another instruction of the same code.
   static bool same_path(PyThreadState* ts, const std::vector<RawFrame>& path, bool whole, bool innermost_line) {
+#if RS_PYFRAMES >= 311
+    // Called for nearly every allocation, so a frame that is where the last walk saw it (the
+    // same frame, code and instruction: a complete frame then, so a complete frame now) is
+    // compared without reading its code object, which is seldom in the cache (whether a frame
+    // is complete is read from its code). Only a frame that differs is asked, and skipped if it
+    // is incomplete, as walk_raw() skips it.
+    std::size_t i = 0;
+    for (const InterpreterFrame* f = top_frame(ts); f != nullptr; f = f->previous) {
+      if (i < path.size() && f == path[i].frame) {
+        PyCodeObject* code = code_of(f);
+        if (code != nullptr && code == path[i].code &&
+            static_cast<int>(instruction_of(f) - code_start(code)) == path[i].lasti) {
+          ++i;
+          continue;
+        }
+      }
+      if (incomplete(f)) continue;
+      if (i == path.size()) return !whole;  // a frame more than last time
+      if (i == 0 && !innermost_line && f == path[0].frame && code_of(f) == path[0].code) {
+        ++i;  // the innermost frame, at another instruction of the same code
+        continue;
+      }
+      return false;
+    }
+    return i == path.size();
+#else
     std::size_t i = 0;
     bool same = true;
     walk_raw(ts, [&](const RawFrame& f) {
@@ -289,6 +315,7 @@ class Walker final : public PythonFrameWalker {
       return true;
     });
     return same && i == path.size();
+#endif
   }
 
   static ThreadFrames& state(std::uint64_t generation) {
