@@ -1,0 +1,216 @@
+"""Instructions a training step executes, with and without tracking, counted by valgrind.
+
+The step of ``bench_training_step.py`` (TinyGPT, AdamW, its default sizes) runs in one process
+per variant under ``valgrind --tool=callgrind --instr-atstart=no``: uninstrumented through the
+import and ``--warmup`` steps (so the session's first steps, the saved-tensor hook's, are done),
+then the process switches callgrind's instrumentation on (``callgrind_control -i on <pid>``),
+runs ``--steps`` steps, dumps the counts and switches it off. Instruction counts do not depend
+on what else the machine runs, so two variants' difference is exact where a timed benchmark on a
+shared machine has a few per cent of noise; they say nothing of cache misses or of time (a
+cycle may retire several instructions or wait on memory for hundreds), so use them to tell
+whether a change removed work, and the timed benchmark for what the step costs.
+
+Variants (``--variants``, the first is the baseline the others are compared with):
+
+  untracked         plain PyTorch
+  tracked_bounded   ``rs.track(..., keep_steps=20)``: the default recording
+  tracked           ``keep_steps="all"``
+  tracked_nosites   ``keep_steps=20, stacks=None``
+  tracked_lifetime  ``keep_steps=20, activations=False``
+  tracked_every_step ``keep_steps=20, activations="every_step"``
+  tracked_nomodules ``keep_steps=20`` with the global module hooks removed after the start (no
+                    module contexts, no forward phase: an experiment, not a mode)
+
+Valgrind runs every variant on one thread of the host: ``--jobs`` processes at a time (default
+2). MKL picks its AVX2 kernels under valgrind, so the untracked count is not the native one;
+the same kernels run in every variant. About 8 minutes a variant on this 2-core machine, most
+of it torch's import under valgrind. The writer thread's share of the counted steps depends on
+when it woke (it hands over chunks every 100 ms, and a step takes seconds under valgrind); more
+``--steps`` average it out. An inline function that torch's libraries and ridgescope's module
+each have a copy of (``intrusive_ptr`` releases, pybind11's internals) moves from one object to
+the other between variants: such pairs cancel.
+
+Prints ONE JSON object: per variant the instructions a step (``minstr_per_step``) and by shared
+object (``kinstr_per_step_by_object``); per non-baseline variant the difference from the
+baseline by object and its 25 largest functions (``kinstr_per_step``).
+
+    python benchmarks/step_instructions.py --variants untracked,tracked_bounded
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _emit import emit_json  # noqa: E402
+
+SESSIONS = {"tracked_bounded": {"keep_steps": 20}, "tracked": {"keep_steps": "all"},
+            "tracked_nosites": {"keep_steps": 20, "stacks": None},
+            "tracked_lifetime": {"keep_steps": 20, "activations": False},
+            "tracked_every_step": {"keep_steps": 20, "activations": "every_step"},
+            "tracked_nomodules": {"keep_steps": 20}}
+VARIANTS = ("untracked",) + tuple(SESSIONS)
+
+
+def child(args: argparse.Namespace) -> None:
+    """One variant's steps, inside valgrind: instrumentation on around the counted steps only."""
+    import torch
+
+    from bench_training_step import Trainer
+    import ridgescope as rs
+
+    torch.set_num_threads(args.threads)
+    sizes = argparse.Namespace(seed=0, vocab=512, d_model=128, heads=4, layers=3, seq_len=64, batch=8)
+    trainer = Trainer(sizes)
+    ctx = None
+    if args.child != "untracked":
+        ctx = rs.track(model=trainer.model, optimizer=trainer.optimizer,
+                       out=os.path.join(tempfile.mkdtemp(), "t.rstrace"), **SESSIONS[args.child])
+        session = ctx.__enter__()
+        if args.child == "tracked_nomodules":
+            for handle in session._instr.module_hook_handles:
+                handle.remove()
+    for _ in range(args.warmup):
+        trainer.step()
+    pid = str(os.getpid())
+    control = ["callgrind_control"]
+    subprocess.run(control + ["-i", "on", pid], check=True, stdout=subprocess.DEVNULL)
+    for _ in range(args.steps):
+        trainer.step()
+    subprocess.run(control + ["-d", "steps", pid], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(control + ["-i", "off", pid], check=True, stdout=subprocess.DEVNULL)
+    if ctx is not None:
+        ctx.__exit__(None, None, None)
+
+
+_LINE = re.compile(r"\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(.*)$")
+_OBJECT = re.compile(r"\[([^\]]*)\]\s*$")
+
+
+def read_counts(path: Path) -> tuple[int, dict[str, int]]:
+    """The dump's total and its functions' own (exclusive) counts, by 'file:function [object]'."""
+    out = subprocess.run(["callgrind_annotate", "--threshold=100", str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    total, functions = 0, collections.Counter()
+    for line in out.splitlines():
+        m = _LINE.match(line)
+        if m is None:
+            continue
+        n = int(m.group(1).replace(",", ""))
+        if "PROGRAM TOTALS" in m.group(2):
+            total = n
+        else:
+            functions[m.group(2)] += n
+    return total, functions
+
+
+def object_of(function: str) -> str:
+    m = _OBJECT.search(function)
+    return m.group(1).rsplit("/", 1)[-1] if m else "?"
+
+
+def short(function: str) -> str:
+    """'file:function(args) [object]' -> 'function (object)'."""
+    name = _OBJECT.sub("", function).strip().replace("(anonymous namespace)::", "")
+    name = name.split(":", 1)[1] if ":" in name and not name.startswith("???") else name.replace("???:", "")
+    name = re.sub(r"\(.*", "", name)
+    return f"{name} ({object_of(function)})"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--variants", default="untracked,tracked_bounded",
+                   help=f"comma-separated, the first the baseline; of {','.join(VARIANTS)}")
+    p.add_argument("--steps", type=int, default=6, help="counted steps per variant")
+    p.add_argument("--warmup", type=int, default=5, help="uncounted steps before them")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in each variant")
+    p.add_argument("--jobs", type=int, default=2, help="variants run at a time")
+    p.add_argument("--keep", help="folder to keep the callgrind dumps in (default: a temporary one)")
+    p.add_argument("--out")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        child(args)
+        return
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or len(variants) < 2:
+        raise SystemExit(f"--variants: at least two of {', '.join(VARIANTS)} (unknown: {', '.join(unknown) or 'none'})")
+    for tool in ("valgrind", "callgrind_control", "callgrind_annotate"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} not found: install valgrind (Debian: apt-get install valgrind)")
+    if args.steps < 1 or args.warmup < 3:
+        raise SystemExit("--steps must be at least 1 and --warmup at least 3 (the hook's steps come first)")
+    folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="rs_instr_"))
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    pending, running, logs = list(variants), {}, {}
+    while pending or running:
+        while pending and len(running) < max(1, args.jobs):
+            v = pending.pop(0)
+            log = (folder / f"{v}.log").open("w")
+            logs[v] = log
+            running[v] = subprocess.Popen(
+                ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={folder / ('cg.' + v)}",
+                 sys.executable, __file__, "--child", v, "--steps", str(args.steps), "--warmup", str(args.warmup),
+                 "--threads", str(args.threads)], stdout=log, stderr=subprocess.STDOUT)
+        time.sleep(2)
+        for v, proc in list(running.items()):
+            if proc.poll() is not None:
+                logs[v].close()
+                del running[v]
+                if proc.returncode != 0:
+                    raise SystemExit(f"variant {v} failed (exit {proc.returncode}); its log: {folder / (v + '.log')}")
+    counts = {}
+    for v in variants:
+        dumps = sorted(folder.glob(f"cg.{v}.*"))  # .1: the "steps" dump (the others: the rest of the run)
+        if not dumps:
+            raise SystemExit(f"variant {v} wrote no dump of its steps; its log: {folder / (v + '.log')}")
+        counts[v] = read_counts(dumps[0])
+    n = args.steps
+    by_object = {v: collections.Counter() for v in variants}
+    for v in variants:
+        for function, count in counts[v][1].items():
+            by_object[v][object_of(function)] += count
+    base = variants[0]
+    result: dict[str, Any] = {
+        "benchmark": "step_instructions", "steps": n, "warmup": args.warmup, "threads": args.threads,
+        "variants": variants, "baseline": base, "wall_s": round(time.perf_counter() - started, 1),
+        "minstr_per_step": {v: round(counts[v][0] / n / 1e6, 3) for v in variants},
+        "kinstr_per_step_by_object": {
+            v: {o: round(c / n / 1e3, 1) for o, c in by_object[v].most_common(12)} for v in variants},
+        "differences": {},
+    }
+    for v in variants[1:]:
+        objects = set(by_object[v]) | set(by_object[base])
+        d_obj = {o: round((by_object[v][o] - by_object[base][o]) / n / 1e3, 1) for o in objects}
+        functions = set(counts[v][1]) | set(counts[base][1])
+        d_fn = {f: (counts[v][1].get(f, 0) - counts[base][1].get(f, 0)) / n / 1e3 for f in functions}
+        # JIT-compiled kernels (oneDNN) have no symbol: each run names them by address.
+        d_fn = {f: x for f, x in d_fn.items() if not f.startswith("???:0x")}
+        result["differences"][v] = {
+            "minstr_per_step": round((counts[v][0] - counts[base][0]) / n / 1e6, 3),
+            "per_cent": round(100.0 * (counts[v][0] - counts[base][0]) / counts[base][0], 3),
+            "kinstr_per_step_by_object": dict(sorted(((o, x) for o, x in d_obj.items() if abs(x) >= 1.0),
+                                                     key=lambda kv: -abs(kv[1]))),
+            "top_functions_kinstr_per_step": {short(f): round(x, 1) for f, x in
+                                              sorted(d_fn.items(), key=lambda kv: -abs(kv[1]))[:25]},
+        }
+    result["dumps"] = str(folder) if args.keep else None
+    if not args.keep:
+        shutil.rmtree(folder, ignore_errors=True)
+    emit_json(result, args.out)
+
+
+if __name__ == "__main__":
+    main()
