@@ -155,6 +155,55 @@ void encode_stack_record(std::uint32_t id, const std::uint32_t* frames, std::siz
 namespace {
 // Copied rather than value-initialised: a few vector moves, where zeroing takes `rep stos`.
 const Event kBlankEvent{};
+
+// get_varint's rule (at most 64 bits, bounded by `end`) on a pointer, for the fast path below.
+inline bool read_varint(const unsigned char*& p, const unsigned char* end, std::uint64_t* v) {
+  std::uint64_t result = 0;
+  for (int shift = 0; shift < 64 && p < end; shift += 7) {
+    const unsigned byte = *p++;
+    if (shift == 63 && (byte & 0x7E) != 0) return false;
+    result |= static_cast<std::uint64_t>(byte & 0x7F) << shift;
+    if ((byte & 0x80) == 0) {
+      *v = result;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Alloc and free records (format 2 on: nearly every record of a trace) read by pointer, with the
+// general path's checks and results. Nothing is written unless the whole record reads; on false
+// the general path decodes it again (and says what is malformed).
+bool decode_alloc_or_free(EventKind kind, std::string_view payload, CodecClock& clock, Event* out) {
+  const auto* p = reinterpret_cast<const unsigned char*>(payload.data());
+  const unsigned char* const end = p + payload.size();
+  std::uint64_t dt, type, index, addr, bytes, requested = 0, stream, thread, context = 0, stack = 0;
+  if (!read_varint(p, end, &dt) || !read_varint(p, end, &type) || type > 1 || !read_varint(p, end, &index) ||
+      index > 32768 || !read_varint(p, end, &addr) || !read_varint(p, end, &bytes)) {
+    return false;
+  }
+  if (kind == EventKind::Alloc && !read_varint(p, end, &requested)) return false;
+  if (!read_varint(p, end, &stream) || !read_varint(p, end, &thread) || thread > 0xFFFFFFFFu) return false;
+  if (kind == EventKind::Alloc) {  // trailing and optional: the module context, then the stack
+    if (p != end && (!read_varint(p, end, &context) || context > 0xFFFFFFFFu)) return false;
+    if (p != end && (!read_varint(p, end, &stack) || stack > 0xFFFFFFFFu)) return false;
+  }
+  Event& e = *out;
+  e = kBlankEvent;
+  e.kind = kind;
+  e.time_ns = clock.last_time_ns + static_cast<std::uint64_t>(unzigzag(dt));
+  clock.last_time_ns = e.time_ns;
+  e.device.type = static_cast<DeviceType>(type);
+  e.device.index = static_cast<std::int16_t>(static_cast<std::int64_t>(index) - 1);
+  e.addr = addr;
+  e.bytes = bytes;
+  e.requested_bytes = requested;
+  e.stream = stream;
+  e.thread = static_cast<std::uint32_t>(thread);
+  e.string_id = static_cast<std::uint32_t>(context);
+  e.stack_id = static_cast<std::uint32_t>(stack);
+  return true;
+}
 }  // namespace
 
 DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock& clock,
@@ -166,6 +215,10 @@ DecodeStatus decode_record(std::string_view chunk, std::size_t* pos, CodecClock&
   if (!get_varint(chunk, &p, &length) || length > chunk.size() - p) return DecodeStatus::Malformed;
   const std::string_view payload = chunk.substr(p, length);
   *pos = p + length;
+  if (version >= 2 && (kind_byte == static_cast<std::uint8_t>(EventKind::Alloc) ||
+                       kind_byte == static_cast<std::uint8_t>(EventKind::Free))) {
+    if (decode_alloc_or_free(static_cast<EventKind>(kind_byte), payload, clock, out)) return DecodeStatus::Ok;
+  }
   const bool definition_kind = version >= 2 && (kind_byte == static_cast<std::uint8_t>(EventKind::Frame) ||
                                                  kind_byte == static_cast<std::uint8_t>(EventKind::Stack));
   if (is_flight_kind(kind_byte, version)) {

@@ -2,8 +2,10 @@
 // bytes encode_record() writes for every kind, spelled out from the format's field table, and
 // CRC-32 values fixed by the standard (zlib.crc32). The encoder is the recorder's hot path and
 // is written for speed; these specs hold its output to the documented bytes.
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "byte_codec.h"
@@ -268,6 +270,102 @@ SCENARIO("format 2: an alloc carries its stack after the module context", "[core
     THEN("it is the version 1 record: no trailing stack field") {
       CHECK(out.size() == 23);
       CHECK(static_cast<std::uint8_t>(out.back()) == 7);
+    }
+  }
+}
+
+SCENARIO("alloc and free records read field by field: every truncation and every out-of-range field",
+         "[core][codec]") {
+  // decode_record reads alloc and free records (nearly all of a trace) on a path of their own;
+  // these are the rules of the field table it must keep (docs/trace_format.md): the fields up to
+  // the thread are required, an alloc's module context and stack are optional and trailing, a
+  // device type above 1, a device index above 32768 or a thread above 2^32-1 is malformed.
+  Event e;
+  e.time_ns = 5000000;
+  e.device = Device{DeviceType::CUDA, 3};
+  e.addr = 0x7f12345678c0;
+  e.bytes = 1 << 20;
+  e.requested_bytes = 1000000;
+  e.stream = 0x55aa00;
+  e.thread = 4;
+  e.string_id = 70000;
+  e.stack_id = 300;
+  // A record of this kind with `payload` as its payload.
+  auto record = [](EventKind kind, const std::string& payload) {
+    std::string r(1, static_cast<char>(kind));
+    detail::put_varint(r, payload.size());
+    return r + payload;
+  };
+  for (const EventKind kind : {EventKind::Alloc, EventKind::Free}) {
+    e.kind = kind;
+    detail::CodecClock clock{0};
+    std::string whole;
+    detail::encode_record(e, clock, whole);
+    const std::string payload = whole.substr(2);  // kind byte, one-byte length
+    // Where each field ends in the payload: time, device type, device index, addr, bytes,
+    // [requested], stream, thread, [context, stack].
+    std::vector<std::size_t> ends;
+    {
+      std::size_t p = 0;
+      std::uint64_t v;
+      while (p < payload.size() && detail::get_varint(payload, &p, &v)) ends.push_back(p);
+    }
+    const std::size_t required = kind == EventKind::Alloc ? 8 : 7;
+    REQUIRE(ends.size() == (kind == EventKind::Alloc ? 10u : 7u));
+    const std::string name = kind == EventKind::Alloc ? "alloc" : "free";
+    WHEN("every prefix of a full " + name + " is decoded") {
+      for (std::size_t n = 0; n <= payload.size(); ++n) {
+        const std::string r = record(kind, payload.substr(0, n));
+        detail::CodecClock read_clock{0};
+        std::size_t pos = 0;
+        Event back;
+        const auto status = detail::decode_record(r, &pos, read_clock, &back, trace_format::kVersion);
+        const bool whole_fields = std::find(ends.begin(), ends.end(), n) != ends.end() || n == 0;
+        const bool readable = n >= ends[required - 1] && whole_fields;
+        CAPTURE(n);
+        REQUIRE((status == detail::DecodeStatus::Ok) == readable);
+        if (!readable) continue;
+        CHECK(pos == r.size());
+        CHECK(back.kind == kind);
+        CHECK(back.time_ns == e.time_ns);
+        CHECK(back.device == e.device);
+        CHECK(back.addr == e.addr);
+        CHECK(back.bytes == e.bytes);
+        CHECK(back.requested_bytes == (kind == EventKind::Alloc ? e.requested_bytes : 0u));
+        CHECK(back.stream == e.stream);
+        CHECK(back.thread == e.thread);
+        CHECK(back.string_id == (kind == EventKind::Alloc && n >= ends[8] ? e.string_id : 0u));
+        CHECK(back.stack_id == (kind == EventKind::Alloc && n >= ends[9] ? e.stack_id : 0u));
+        CHECK(back.category == Category::Unknown);
+        CHECK(back.value == 0u);
+      }
+    }
+    WHEN("one field of a " + name + " is out of its range") {
+      // The field at `index` replaced by `value`, the others as encoded.
+      auto with_field = [&](std::size_t index, std::uint64_t value) {
+        std::string p = payload.substr(0, index == 0 ? 0 : ends[index - 1]);
+        detail::put_varint(p, value);
+        return record(kind, p + payload.substr(ends[index]));
+      };
+      const std::size_t thread_field = required - 1;
+      for (const auto& [index, value] : std::vector<std::pair<std::size_t, std::uint64_t>>{
+               {1, 2}, {1, 256}, {2, 32769}, {thread_field, 0x100000000ull}}) {
+        const std::string r = with_field(index, value);
+        detail::CodecClock read_clock{0};
+        std::size_t pos = 0;
+        Event back;
+        CAPTURE(index, value);
+        CHECK(detail::decode_record(r, &pos, read_clock, &back, trace_format::kVersion) ==
+              detail::DecodeStatus::Malformed);
+      }
+      THEN("the largest values in range read back") {
+        const std::string r = with_field(2, 32768);
+        detail::CodecClock read_clock{0};
+        std::size_t pos = 0;
+        Event back;
+        REQUIRE(detail::decode_record(r, &pos, read_clock, &back, trace_format::kVersion) == detail::DecodeStatus::Ok);
+        CHECK(back.device.index == 32767);
+      }
     }
   }
 }
