@@ -156,21 +156,6 @@ namespace {
 // Copied rather than value-initialised: a few vector moves, where zeroing takes `rep stos`.
 const Event kBlankEvent{};
 
-// get_varint's rule (at most 64 bits, bounded by `end`) on a pointer, for the fast path below.
-inline bool read_varint(const unsigned char*& p, const unsigned char* end, std::uint64_t* v) {
-  std::uint64_t result = 0;
-  for (int shift = 0; shift < 64 && p < end; shift += 7) {
-    const unsigned byte = *p++;
-    if (shift == 63 && (byte & 0x7E) != 0) return false;
-    result |= static_cast<std::uint64_t>(byte & 0x7F) << shift;
-    if ((byte & 0x80) == 0) {
-      *v = result;
-      return true;
-    }
-  }
-  return false;
-}
-
 // Alloc and free records (format 2 on: nearly every record of a trace) read by pointer, with the
 // general path's checks and results. Nothing is written unless the whole record reads; on false
 // the general path decodes it again (and says what is malformed).
