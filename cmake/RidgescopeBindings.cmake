@@ -33,3 +33,4 @@ set_target_properties(ridgescope_bindings PROPERTIES CXX_VISIBILITY_PRESET hidde
   UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 0)
 add_dependencies(ridgescope_bindings ridgescope_layers)
 ridgescope_set_warnings(ridgescope_bindings)
+ridgescope_set_codegen(ridgescope_bindings)
