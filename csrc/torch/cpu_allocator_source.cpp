@@ -124,7 +124,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
 
   // The simulated capacity: records the failed request with what was live, makes sure the trace
   // is on disk, then fails the allocation as a device out of memory would.
-  static void check_capacity(std::size_t n) {
+  [[gnu::cold, gnu::noinline]] static void check_capacity(std::size_t n) {
     Recorder* recorder = nullptr;
     std::uint64_t live = 0, capacity = 0;
     {

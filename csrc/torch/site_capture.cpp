@@ -354,44 +354,48 @@ std::uint32_t SiteCapture::capture() noexcept {
       if (python && w.innermost != 0) return site_stack(c, w.innermost);
       return no_python_;
     }
-    std::vector<std::uint32_t>& frames = c.frames;
-    std::vector<std::uint32_t>& python_frames = c.python;
-    frames.clear();
-    python_frames.clear();
-    if (mode_ == StackMode::All) native_frames(c, &frames);
-    const std::uint32_t native = static_cast<std::uint32_t>(frames.size());
-    PythonWalk w;
-    const bool python = walker != nullptr && walker->walk(*recorder_, generation_, &w, &python_frames, false);
-    std::uint32_t site = native;  // the innermost non-native frame, unless a better one is known
-    const std::uint32_t node = (!python || w.site == 0 || w.reached_engine) ? current_node_frame(c) : 0;
-    if (node != 0) {
-      frames.push_back(node);
-    } else if (python && w.site != 0) {
-      site = native + w.site_index;
-    }
-    frames.insert(frames.end(), python_frames.begin(), python_frames.end());
-    if (frames.empty()) return no_python_;
-    if (site >= frames.size()) site = 0;
-    if (c.last_frames_stack != 0 && site == c.last_frames_site && frames == c.last_frames) return c.last_frames_stack;
-    std::string& key = c.key;
-    key.clear();
-    detail::put_varint(key, site);
-    for (std::uint32_t f : frames) detail::put_varint(key, f);
-    auto it = c.stacks.find(key);
-    std::uint32_t stack = 0;
-    if (it != c.stacks.end()) {
-      stack = it->second;
-    } else {
-      stack = recorder_->intern_stack(frames.data(), frames.size(), site);
-      c.stacks.emplace(c.arena.copy(key), stack);
-    }
-    c.last_frames = frames;
-    c.last_frames_site = site;
-    c.last_frames_stack = stack;
-    return stack;
+    return capture_frames(walker, c);
   } catch (...) {
     return 0;  // out of memory in a cache: this allocation has no site
   }
+}
+
+[[gnu::noinline]] std::uint32_t SiteCapture::capture_frames(PythonFrameWalker* walker, ThreadCache& c) {
+  std::vector<std::uint32_t>& frames = c.frames;
+  std::vector<std::uint32_t>& python_frames = c.python;
+  frames.clear();
+  python_frames.clear();
+  if (mode_ == StackMode::All) native_frames(c, &frames);
+  const std::uint32_t native = static_cast<std::uint32_t>(frames.size());
+  PythonWalk w;
+  const bool python = walker != nullptr && walker->walk(*recorder_, generation_, &w, &python_frames, false);
+  std::uint32_t site = native;  // the innermost non-native frame, unless a better one is known
+  const std::uint32_t node = (!python || w.site == 0 || w.reached_engine) ? current_node_frame(c) : 0;
+  if (node != 0) {
+    frames.push_back(node);
+  } else if (python && w.site != 0) {
+    site = native + w.site_index;
+  }
+  frames.insert(frames.end(), python_frames.begin(), python_frames.end());
+  if (frames.empty()) return no_python_;
+  if (site >= frames.size()) site = 0;
+  if (c.last_frames_stack != 0 && site == c.last_frames_site && frames == c.last_frames) return c.last_frames_stack;
+  std::string& key = c.key;
+  key.clear();
+  detail::put_varint(key, site);
+  for (std::uint32_t f : frames) detail::put_varint(key, f);
+  auto it = c.stacks.find(key);
+  std::uint32_t stack = 0;
+  if (it != c.stacks.end()) {
+    stack = it->second;
+  } else {
+    stack = recorder_->intern_stack(frames.data(), frames.size(), site);
+    c.stacks.emplace(c.arena.copy(key), stack);
+  }
+  c.last_frames = frames;
+  c.last_frames_site = site;
+  c.last_frames_stack = stack;
+  return stack;
 }
 
 }  // namespace ridgescope::sources

@@ -156,6 +156,9 @@ class SiteCapture {
   ThreadCache& cache() noexcept;  // this thread's, reset for a new session: one TLS access
   std::uint32_t site_stack(ThreadCache& c, std::uint32_t frame) noexcept;
   std::uint32_t current_node_frame(ThreadCache& c) noexcept;
+  // capture() in the modes that list every frame (Python, All): out of line, so that the site
+  // mode's path (the default, one per allocation) stays a few instruction lines.
+  std::uint32_t capture_frames(PythonFrameWalker* walker, ThreadCache& c);
   void native_frames(ThreadCache& c, std::vector<std::uint32_t>* out) noexcept;
 
   Recorder* recorder_;

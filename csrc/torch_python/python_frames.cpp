@@ -208,67 +208,75 @@ class Walker final : public PythonFrameWalker {
         if (frames != nullptr) frames->insert(frames->end(), t.last.frames.begin(), t.last.frames.end());
         return true;
       }
-      t.last.valid = false;
-      std::vector<RawFrame>& path = t.path;
-      path.clear();
-      const std::size_t first_frame = frames != nullptr ? frames->size() : 0;
-      bool any = false;
-      std::uint32_t index = 0;
-      RawFrame innermost;
-      CodeInfo innermost_info;  // a copy: the cache may rehash during the walk
-      bool have_innermost = false;
-      std::size_t site_depth = 0;  // the site's position in `path` (walks that stop at it)
-      const bool readable = walk_raw(ts, [&](const RawFrame& f) {
-        path.push_back(f);
-        const CodeInfo* found = code_info(t, recorder, f.code);
-        if (found == nullptr) return true;  // unreadable names: skip the frame
-        const CodeInfo info = *found;
-        const bool first = !any;
-        any = true;
-        const bool engine = info.cls == CodeClass::Engine && out->site == 0;
-        if (engine) out->reached_engine = true;
-        if (frames != nullptr) {
-          const std::uint32_t id = frame_id(t, recorder, info, f);
-          if (info.cls == CodeClass::User && out->site == 0) {
-            out->site = id;
-            out->site_index = index;
-          }
-          frames->push_back(id);
-          ++index;
-          return true;
-        }
-        if (info.cls == CodeClass::User) {
-          out->site = frame_id(t, recorder, info, f);
-          site_depth = path.size() - 1;
-          return false;  // found: the rest of the stack is not needed
-        }
-        if (engine && stop_at_engine) return false;  // the caller asks autograd for its node
-        if (first) {
-          innermost = f;
-          innermost_info = info;
-          have_innermost = true;
-        }
-        return true;
-      });
-      if (!readable || !any) return false;
-      if (frames == nullptr && out->site == 0 && have_innermost) {
-        out->innermost = frame_id(t, recorder, innermost_info, innermost);
-      }
-      // The innermost frame's line decides the answer when it is the site, or the frame named
-      // for want of one, or when every frame's id is listed.
-      t.last.innermost_line_matters = frames != nullptr || out->site == 0 || site_depth == 0;
-      t.last.path.swap(path);
-      t.last.result = *out;
-      t.last.mode = mode;
-      if (frames != nullptr) t.last.frames.assign(frames->begin() + static_cast<std::ptrdiff_t>(first_frame), frames->end());
-      t.last.valid = true;
-      return true;
+      return walk_again(recorder, t, ts, out, frames, stop_at_engine, mode);
     } catch (...) {
       return false;
     }
   }
 
  private:
+  // The walk when the last one does not answer: every frame read again. Out of line, so that
+  // the path above, taken by nearly every allocation right after the user's kernels have
+  // evicted its code, is a few instruction lines rather than this whole function.
+  [[gnu::noinline]] static bool walk_again(Recorder& recorder, ThreadFrames& t, PyThreadState* ts, PythonWalk* out,
+                                          std::vector<std::uint32_t>* frames, bool stop_at_engine, int mode) {
+    t.last.valid = false;
+    std::vector<RawFrame>& path = t.path;
+    path.clear();
+    const std::size_t first_frame = frames != nullptr ? frames->size() : 0;
+    bool any = false;
+    std::uint32_t index = 0;
+    RawFrame innermost;
+    CodeInfo innermost_info;  // a copy: the cache may rehash during the walk
+    bool have_innermost = false;
+    std::size_t site_depth = 0;  // the site's position in `path` (walks that stop at it)
+    const bool readable = walk_raw(ts, [&](const RawFrame& f) {
+      path.push_back(f);
+      const CodeInfo* found = code_info(t, recorder, f.code);
+      if (found == nullptr) return true;  // unreadable names: skip the frame
+      const CodeInfo info = *found;
+      const bool first = !any;
+      any = true;
+      const bool engine = info.cls == CodeClass::Engine && out->site == 0;
+      if (engine) out->reached_engine = true;
+      if (frames != nullptr) {
+        const std::uint32_t id = frame_id(t, recorder, info, f);
+        if (info.cls == CodeClass::User && out->site == 0) {
+          out->site = id;
+          out->site_index = index;
+        }
+        frames->push_back(id);
+        ++index;
+        return true;
+      }
+      if (info.cls == CodeClass::User) {
+        out->site = frame_id(t, recorder, info, f);
+        site_depth = path.size() - 1;
+        return false;  // found: the rest of the stack is not needed
+      }
+      if (engine && stop_at_engine) return false;  // the caller asks autograd for its node
+      if (first) {
+        innermost = f;
+        innermost_info = info;
+        have_innermost = true;
+      }
+      return true;
+    });
+    if (!readable || !any) return false;
+    if (frames == nullptr && out->site == 0 && have_innermost) {
+      out->innermost = frame_id(t, recorder, innermost_info, innermost);
+    }
+    // The innermost frame's line decides the answer when it is the site, or the frame named
+    // for want of one, or when every frame's id is listed.
+    t.last.innermost_line_matters = frames != nullptr || out->site == 0 || site_depth == 0;
+    t.last.path.swap(path);
+    t.last.result = *out;
+    t.last.mode = mode;
+    if (frames != nullptr) t.last.frames.assign(frames->begin() + static_cast<std::ptrdiff_t>(first_frame), frames->end());
+    t.last.valid = true;
+    return true;
+  }
+
   // Whether this thread's frames start with `path` (and, when `whole`, are exactly `path`).
   // Unless `innermost_line`, the innermost frame may be at another instruction of the same code.
   static bool same_path(PyThreadState* ts, const std::vector<RawFrame>& path, bool whole, bool innermost_line) {
@@ -321,7 +329,14 @@ class Walker final : public PythonFrameWalker {
   static ThreadFrames& state(std::uint64_t generation) {
     ThreadFrames& t = t_frames;
     const std::uint64_t version = g_roots_version.load(std::memory_order_acquire);
-    if (t.generation != generation || t.roots_version != version) {
+    if (t.generation != generation || t.roots_version != version) reset(t, generation, version);
+    return t;
+  }
+
+  // A new session, or new library roots: the thread's caches start again (out of line: once a
+  // session per thread).
+  [[gnu::noinline]] static void reset(ThreadFrames& t, std::uint64_t generation, std::uint64_t version) {
+    {
       detail::empty_and_release(t.arena, t.code, t.lines);
       t.last.valid = false;
       t.generation = generation;
@@ -329,7 +344,6 @@ class Walker final : public PythonFrameWalker {
       std::lock_guard<std::mutex> lock(g_roots_mutex);
       t.roots = g_roots;
     }
-    return t;
   }
 
   static const CodeInfo* code_info(ThreadFrames& t, Recorder& recorder, PyCodeObject* code) {

@@ -20,23 +20,21 @@ struct CodecClock {
   std::uint64_t last_time_ns = 0;
 };
 
-// A record of varint fields built in a stack buffer and appended whole: the kind byte, the
-// payload's length, then the payload. For the hot and frequent records (every timed kind; the
-// flight recorder's checkpoint blocks), whose payloads are at most kMax bytes by their fields'
-// widths (an alloc 69, a checkpoint block 94), so that the length is always one byte.
+// A record of varint fields, appended whole: the kind byte, the payload's length, then the
+// payload. For the hot and frequent records (every timed kind; the flight recorder's checkpoint
+// blocks), whose payloads are at most kMax bytes by their fields' widths (an alloc 69, a
+// checkpoint block 94), so that the length is always one byte.
+// The fields are collected first and written by one loop in append_record(): an allocator
+// callback encodes one record between the user's kernels, which evict the encoder's code, and a
+// varint loop inlined at each of an alloc's ten fields made the path ten times as many
+// instruction lines to fetch again (docs/performance.md, "Where the training thread's time goes:
+// instruction fetches").
 class RecordBuffer {
  public:
-  static constexpr std::size_t kMax = 96;  // payload bytes
+  static constexpr std::size_t kMax = 96;        // payload bytes
+  static constexpr std::size_t kMaxFields = 24;  // a checkpoint block has 19, an alloc 10
   void varint(std::uint64_t v) noexcept {
-    // The count lives in a local while the bytes are stored: a char store may alias any object,
-    // this one's n_ included, so a loop on n_ itself would reload and store it at every byte.
-    std::size_t n = n_;
-    while (v >= 0x80) {
-      buf_[n++] = static_cast<char>((v & 0x7F) | 0x80);
-      v >>= 7;
-    }
-    buf_[n++] = static_cast<char>(v);
-    n_ = n;
+    if (count_ < kMaxFields) fields_[count_++] = v;  // fixed callers: never false
   }
   void device(Device d) noexcept {
     varint(static_cast<std::uint64_t>(d.type));
@@ -45,15 +43,22 @@ class RecordBuffer {
   // Appends the whole record to `out` in one call.
   template <class Out>
   void append_record(EventKind kind, Out& out) {
-    buf_[0] = static_cast<char>(kind);
-    buf_[1] = static_cast<char>(n_ - 2);  // payload bytes, < 0x80: a one-byte varint
-    out.append(buf_, n_);
+    char buf[kMax + 2 + 10];  // a field may begin at kMax - 1 and take ten bytes
+    // The payload starts after the kind byte and the length byte.
+    const std::size_t n = 2 + write_fields(fields_, count_, buf + 2);
+    buf[0] = static_cast<char>(kind);
+    buf[1] = static_cast<char>(n - 2);  // payload bytes, < 0x80: a one-byte varint
+    out.append(buf, n);
   }
 
  private:
+  // The fields as varints at `out` (at most kMax bytes and one more field); returns the bytes.
+  // One copy for every record kind and every caller: out of line, so that the compiler does not
+  // specialise the loop into each kind's path.
+  [[gnu::noinline]] static std::size_t write_fields(const std::uint64_t* fields, std::size_t count, char* out) noexcept;
   static_assert(kMax < 0x80, "a payload's length must be a one-byte varint");
-  char buf_[kMax + 2];
-  std::size_t n_ = 2;  // the payload starts after the kind byte and the length byte
+  std::uint64_t fields_[kMaxFields];
+  std::size_t count_ = 0;
 };
 
 // The fields an allocation outside PyTorch and its checkpoint record share, in their order
