@@ -34,7 +34,19 @@ Prints ONE JSON object: per variant the instructions a step (``minstr_per_step``
 object (``kinstr_per_step_by_object``); per non-baseline variant the difference from the
 baseline by object and its 25 largest functions (``kinstr_per_step``).
 
+``--cache`` also simulates the caches (callgrind's ``--cache-sim=yes``: a first-level instruction
+and data cache and one last level, by default 32 KiB, 32 KiB and 1 MiB, 8-way, 64-byte lines:
+this machine's L1 and its core's L2) and adds, per non-baseline variant, the misses a step it
+adds by shared object and its 25 functions with the most added instruction-fetch misses
+(``cache``: ``I1`` first-level instruction misses, ``IL`` last-level instruction misses, ``D1`` and
+``DL`` data read and write misses, thousands a step). An allocator callback runs between the
+user's kernels, which evict its code and data: those misses, not the instructions, are most of
+what recording costs a step (docs/performance.md, "Where the training thread's time goes:
+instruction fetches"). The simulation is of one cache for every thread, the trace writer's
+included, and knows no TLB or prefetcher: a measure for comparing builds, not a cycle count.
+
     python benchmarks/step_instructions.py --variants untracked,tracked_bounded
+    python benchmarks/step_instructions.py --variants untracked,tracked_bounded --steps 3 --cache
 """
 from __future__ import annotations
 
@@ -93,24 +105,32 @@ def child(args: argparse.Namespace) -> None:
         ctx.__exit__(None, None, None)
 
 
-_LINE = re.compile(r"\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(.*)$")
+# callgrind_annotate's event names, in the order read: instructions, then (with --cache) the
+# simulated misses: first-level and last-level instruction fetches, data reads and writes.
+EVENTS = ("Ir",)
+CACHE_EVENTS = ("Ir", "I1mr", "ILmr", "D1mr", "D1mw", "DLmr", "DLmw")
+_COUNT = r"([\d,]+)\s+(?:\(\s*[\d.]+%\)\s+)?"
 _OBJECT = re.compile(r"\[([^\]]*)\]\s*$")
 
 
-def read_counts(path: Path) -> tuple[int, dict[str, int]]:
-    """The dump's total and its functions' own (exclusive) counts, by 'file:function [object]'."""
-    out = subprocess.run(["callgrind_annotate", "--threshold=100", str(path)], capture_output=True,
-                         text=True, check=True).stdout
-    total, functions = 0, collections.Counter()
+def read_counts(path: Path, events: tuple[str, ...] = EVENTS) -> tuple[list[int], dict[str, list[int]]]:
+    """The dump's totals and its functions' own (exclusive) counts of ``events``, by
+    'file:function [object]'."""
+    out = subprocess.run(["callgrind_annotate", "--threshold=100", "--show=" + ",".join(events), str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    line_re = re.compile(r"\s*" + _COUNT * len(events) + r"(.*)$")
+    total, functions = [0] * len(events), {}
     for line in out.splitlines():
-        m = _LINE.match(line)
+        m = line_re.match(line)
         if m is None:
             continue
-        n = int(m.group(1).replace(",", ""))
-        if "PROGRAM TOTALS" in m.group(2):
-            total = n
-        else:
-            functions[m.group(2)] += n
+        counts = [int(g.replace(",", "")) for g in m.groups()[:-1]]
+        name = m.groups()[-1]
+        if "PROGRAM TOTALS" in name:
+            total = counts
+        elif name and not name.startswith("file:function"):
+            old = functions.get(name)
+            functions[name] = counts if old is None else [a + b for a, b in zip(old, counts)]
     return total, functions
 
 
@@ -127,6 +147,37 @@ def short(function: str) -> str:
     return f"{name} ({object_of(function)})"
 
 
+def misses(counts: list[int]) -> dict[str, int]:
+    """Ir, I1, IL, D1, DL of one CACHE_EVENTS row (data misses: reads and writes)."""
+    c = dict(zip(CACHE_EVENTS, counts))
+    return {"Ir": c["Ir"], "I1": c["I1mr"], "IL": c["ILmr"], "D1": c["D1mr"] + c["D1mw"], "DL": c["DLmr"] + c["DLmw"]}
+
+
+def cache_differences(base: tuple[list[int], dict[str, list[int]]], other: tuple[list[int], dict[str, list[int]]],
+                      steps: int) -> dict[str, Any]:
+    """What ``other`` adds to ``base``, thousands a step: in all, by shared object, and the 25
+    functions that add the most instruction-fetch misses (first level)."""
+    zero = [0] * len(CACHE_EVENTS)
+
+    def per_step(a: list[int], b: list[int]) -> dict[str, float]:
+        ma, mb = misses(a), misses(b)
+        return {k: round((mb[k] - ma[k]) / steps / 1e3, 1) for k in ma}
+
+    objects: dict[str, list[list[int]]] = {}
+    for side, (_, functions) in enumerate((base, other)):
+        for f, c in functions.items():
+            row = objects.setdefault(object_of(f), [list(zero), list(zero)])
+            row[side] = [x + y for x, y in zip(row[side], c)]
+    by_object = {o: per_step(a, b) for o, (a, b) in objects.items()}
+    by_object = dict(sorted(((o, d) for o, d in by_object.items() if abs(d["I1"]) + abs(d["D1"]) >= 0.5),
+                            key=lambda kv: -(abs(kv[1]["I1"]) + abs(kv[1]["D1"]))))
+    names = (set(base[1]) | set(other[1]))
+    functions = {f: per_step(base[1].get(f, zero), other[1].get(f, zero)) for f in names if not f.startswith("???:0x")}
+    top = sorted(functions.items(), key=lambda kv: -kv[1]["I1"])[:25]
+    return {"all": per_step(base[0], other[0]), "by_object": by_object,
+            "top_functions_by_instruction_misses": {short(f): d for f, d in top}}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--variants", default="untracked,tracked_bounded",
@@ -135,6 +186,9 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5, help="uncounted steps before them")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in each variant")
     p.add_argument("--jobs", type=int, default=2, help="variants run at a time")
+    p.add_argument("--cache", action="store_true", help="also simulate the caches and report the misses")
+    p.add_argument("--cache-sizes", default="32768,32768,1048576",
+                   help="--cache: the first-level instruction, first-level data and last-level caches, bytes (8-way, 64-byte lines)")
     p.add_argument("--keep", help="folder to keep the callgrind dumps in (default: a temporary one)")
     p.add_argument("--out")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -151,6 +205,14 @@ def main() -> None:
             raise SystemExit(f"{tool} not found: install valgrind (Debian: apt-get install valgrind)")
     if args.steps < 1 or args.warmup < 3:
         raise SystemExit("--steps must be at least 1 and --warmup at least 3 (the hook's steps come first)")
+    cache_options: list[str] = []
+    if args.cache:
+        try:
+            i1, d1, ll = (int(x) for x in args.cache_sizes.split(","))
+        except ValueError:
+            raise SystemExit(f"--cache-sizes: three sizes in bytes, comma-separated (got {args.cache_sizes!r})")
+        cache_options = ["--cache-sim=yes", f"--I1={i1},8,64", f"--D1={d1},8,64", f"--LL={ll},8,64"]
+    events = CACHE_EVENTS if args.cache else EVENTS
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="rs_instr_"))
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -162,7 +224,7 @@ def main() -> None:
             logs[v] = log
             running[v] = subprocess.Popen(
                 ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={folder / ('cg.' + v)}",
-                 sys.executable, __file__, "--child", v, "--steps", str(args.steps), "--warmup", str(args.warmup),
+                 *cache_options, sys.executable, __file__, "--child", v, "--steps", str(args.steps), "--warmup", str(args.warmup),
                  "--threads", str(args.threads)], stdout=log, stderr=subprocess.STDOUT)
         time.sleep(2)
         for v, proc in list(running.items()):
@@ -176,8 +238,10 @@ def main() -> None:
         dumps = sorted(folder.glob(f"cg.{v}.*"))  # .1: the "steps" dump (the others: the rest of the run)
         if not dumps:
             raise SystemExit(f"variant {v} wrote no dump of its steps; its log: {folder / (v + '.log')}")
-        counts[v] = read_counts(dumps[0])
+        counts[v] = read_counts(dumps[0], events)
     n = args.steps
+    cached = counts
+    counts = {v: (total[0], {f: c[0] for f, c in fns.items()}) for v, (total, fns) in cached.items()}
     by_object = {v: collections.Counter() for v in variants}
     for v in variants:
         for function, count in counts[v][1].items():
@@ -206,6 +270,10 @@ def main() -> None:
             "top_functions_kinstr_per_step": {short(f): round(x, 1) for f, x in
                                               sorted(d_fn.items(), key=lambda kv: -abs(kv[1]))[:25]},
         }
+    if args.cache:
+        result["cache"] = {"sizes_bytes": {"I1": i1, "D1": d1, "LL": ll}, "differences": {}}
+        for v in variants[1:]:
+            result["cache"]["differences"][v] = cache_differences(cached[base], cached[v], n)
     result["dumps"] = str(folder) if args.keep else None
     if not args.keep:
         shutil.rmtree(folder, ignore_errors=True)

@@ -13,23 +13,6 @@ std::int64_t unzigzag(std::uint64_t v) {
   return static_cast<std::int64_t>(v >> 1) ^ -static_cast<std::int64_t>(v & 1);
 }
 
-}  // namespace
-
-std::size_t RecordBuffer::write_fields(const std::uint64_t* fields, std::size_t count, char* out) noexcept {
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < count && n < kMax; ++i) {
-    std::uint64_t v = fields[i];
-    while (v >= 0x80) {
-      out[n++] = static_cast<char>((v & 0x7F) | 0x80);
-      v >>= 7;
-    }
-    out[n++] = static_cast<char>(v);
-  }
-  return n;
-}
-
-namespace {
-
 // Strings and metadata: the text makes the payload as long as it is. Out of line: once per
 // text, where the timed records below are one per allocation.
 template <class Out>

@@ -26,7 +26,7 @@ struct CodecClock {
 // checkpoint block 94), so that the length is always one byte.
 // The fields are collected first and written by one loop in append_record(): an allocator
 // callback encodes one record between the user's kernels, which evict the encoder's code, and a
-// varint loop inlined at each of an alloc's ten fields made the path ten times as many
+// varint loop inlined at each of an alloc's ten fields made its path several times as many
 // instruction lines to fetch again (docs/performance.md, "Where the training thread's time goes:
 // instruction fetches").
 class RecordBuffer {
@@ -44,18 +44,21 @@ class RecordBuffer {
   template <class Out>
   void append_record(EventKind kind, Out& out) {
     char buf[kMax + 2 + 10];  // a field may begin at kMax - 1 and take ten bytes
-    // The payload starts after the kind byte and the length byte.
-    const std::size_t n = 2 + write_fields(fields_, count_, buf + 2);
+    std::size_t n = 2;        // the payload starts after the kind byte and the length byte
+    for (std::size_t i = 0; i < count_ && n < kMax + 2; ++i) {
+      std::uint64_t v = fields_[i];
+      while (v >= 0x80) {
+        buf[n++] = static_cast<char>((v & 0x7F) | 0x80);
+        v >>= 7;
+      }
+      buf[n++] = static_cast<char>(v);
+    }
     buf[0] = static_cast<char>(kind);
     buf[1] = static_cast<char>(n - 2);  // payload bytes, < 0x80: a one-byte varint
     out.append(buf, n);
   }
 
  private:
-  // The fields as varints at `out` (at most kMax bytes and one more field); returns the bytes.
-  // One copy for every record kind and every caller: out of line, so that the compiler does not
-  // specialise the loop into each kind's path.
-  [[gnu::noinline]] static std::size_t write_fields(const std::uint64_t* fields, std::size_t count, char* out) noexcept;
   static_assert(kMax < 0x80, "a payload's length must be a one-byte varint");
   std::uint64_t fields_[kMaxFields];
   std::size_t count_ = 0;
