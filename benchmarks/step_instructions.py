@@ -233,15 +233,15 @@ def main() -> None:
                 del running[v]
                 if proc.returncode != 0:
                     raise SystemExit(f"variant {v} failed (exit {proc.returncode}); its log: {folder / (v + '.log')}")
-    counts = {}
+    every_event: dict[str, tuple[list[int], dict[str, list[int]]]] = {}
     for v in variants:
         dumps = sorted(folder.glob(f"cg.{v}.*"))  # .1: the "steps" dump (the others: the rest of the run)
         if not dumps:
             raise SystemExit(f"variant {v} wrote no dump of its steps; its log: {folder / (v + '.log')}")
-        counts[v] = read_counts(dumps[0], events)
+        every_event[v] = read_counts(dumps[0], events)
     n = args.steps
-    cached = counts
-    counts = {v: (total[0], {f: c[0] for f, c in fns.items()}) for v, (total, fns) in cached.items()}
+    # The instructions (the first event) of every variant, for the sections every run reports.
+    counts = {v: (total[0], {f: c[0] for f, c in fns.items()}) for v, (total, fns) in every_event.items()}
     by_object = {v: collections.Counter() for v in variants}
     for v in variants:
         for function, count in counts[v][1].items():
@@ -273,7 +273,7 @@ def main() -> None:
     if args.cache:
         result["cache"] = {"sizes_bytes": {"I1": i1, "D1": d1, "LL": ll}, "differences": {}}
         for v in variants[1:]:
-            result["cache"]["differences"][v] = cache_differences(cached[base], cached[v], n)
+            result["cache"]["differences"][v] = cache_differences(every_event[base], every_event[v], n)
     result["dumps"] = str(folder) if args.keep else None
     if not args.keep:
         shutil.rmtree(folder, ignore_errors=True)

@@ -336,14 +336,12 @@ class Walker final : public PythonFrameWalker {
   // A new session, or new library roots: the thread's caches start again (out of line: once a
   // session per thread).
   [[gnu::noinline]] static void reset(ThreadFrames& t, std::uint64_t generation, std::uint64_t version) {
-    {
-      detail::empty_and_release(t.arena, t.code, t.lines);
-      t.last.valid = false;
-      t.generation = generation;
-      t.roots_version = version;
-      std::lock_guard<std::mutex> lock(g_roots_mutex);
-      t.roots = g_roots;
-    }
+    detail::empty_and_release(t.arena, t.code, t.lines);
+    t.last.valid = false;
+    t.generation = generation;
+    t.roots_version = version;
+    std::lock_guard<std::mutex> lock(g_roots_mutex);
+    t.roots = g_roots;
   }
 
   static const CodeInfo* code_info(ThreadFrames& t, Recorder& recorder, PyCodeObject* code) {
