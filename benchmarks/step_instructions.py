@@ -18,7 +18,7 @@ Variants (``--variants``, the first is the baseline the others are compared with
   tracked_nosites   ``keep_steps=20, stacks=None``
   tracked_lifetime  ``keep_steps=20, activations=False``
   tracked_every_step ``keep_steps=20, activations="every_step"``
-  tracked_nomodules ``keep_steps=20`` with the global module hooks removed after the start (no
+  tracked_nomodules ``keep_steps=20`` with the module-call session removed after the start (no
                     module contexts, no forward phase: an experiment, not a mode)
 
 Valgrind runs every variant on one thread of the host: ``--jobs`` processes at a time (default

@@ -85,6 +85,37 @@ PyMethodDef kEnterModule = {"enter_module", reinterpret_cast<PyCFunction>(reinte
                             METH_FASTCALL, "enter_module(activation_label, context): a module call begins"};
 PyMethodDef kExitModule = {"exit_module", exit_module_fast, METH_NOARGS, "the innermost module call ended"};
 
+// The phase boundaries' calls, for the same reason: a boundary is one call, not three
+// pybind11 calls (the allocator sample, the marker, the degraded flag), at the moments of the
+// step when ridgescope's code is coldest in the cache (docs/performance.md).
+// phase_begin(name_id): samples the allocator, then opens the phase.
+PyObject* phase_begin_fast(PyObject* capsule, PyObject* name) {
+  auto* session = static_cast<TrackingSession*>(PyCapsule_GetPointer(capsule, kSessionCapsule));
+  if (session == nullptr) return nullptr;
+  const unsigned long id = PyLong_AsUnsignedLong(name);
+  if (id == static_cast<unsigned long>(-1) && PyErr_Occurred()) return nullptr;
+  session->sample_allocator();
+  session->phase_begin(static_cast<std::uint32_t>(id));
+  Py_RETURN_NONE;
+}
+
+// phase_end(name_id): closes the phase, then samples the allocator. Returns whether the session
+// is degraded (its `degraded` property).
+PyObject* phase_end_fast(PyObject* capsule, PyObject* name) {
+  auto* session = static_cast<TrackingSession*>(PyCapsule_GetPointer(capsule, kSessionCapsule));
+  if (session == nullptr) return nullptr;
+  const unsigned long id = PyLong_AsUnsignedLong(name);
+  if (id == static_cast<unsigned long>(-1) && PyErr_Occurred()) return nullptr;
+  session->phase_end(static_cast<std::uint32_t>(id));
+  session->sample_allocator();
+  return PyBool_FromLong(session->degraded() ? 1 : 0);
+}
+
+PyMethodDef kPhaseBegin = {"phase_begin", phase_begin_fast, METH_O,
+                           "phase_begin(name_id): samples the allocator and opens the phase"};
+PyMethodDef kPhaseEnd = {"phase_end", phase_end_fast, METH_O,
+                         "phase_end(name_id) -> degraded: closes the phase and samples the allocator"};
+
 void release_session(PyObject* capsule) {
   Py_XDECREF(static_cast<PyObject*>(PyCapsule_GetContext(capsule)));
 }
@@ -112,6 +143,14 @@ py::tuple module_calls(py::object session) {
   py::object exit = py::reinterpret_steal<py::object>(PyCFunction_New(&kExitModule, self.ptr()));
   if (!enter || !exit) throw py::error_already_set();
   return py::make_tuple(enter, exit);
+}
+
+py::tuple phase_calls(py::object session) {
+  py::object self = session_capsule(session);
+  py::object begin = py::reinterpret_steal<py::object>(PyCFunction_New(&kPhaseBegin, self.ptr()));
+  py::object end = py::reinterpret_steal<py::object>(PyCFunction_New(&kPhaseEnd, self.ptr()));
+  if (!begin || !end) throw py::error_already_set();
+  return py::make_tuple(begin, end);
 }
 
 }  // namespace
@@ -211,7 +250,10 @@ void ridgescope_bindings::bind_session(py::module_& m) {
       .def("saved_tensor_hooks", &saved_tensor_hooks,
            "(pack, unpack): the saved-tensor hooks as plain C functions (pack tags activations)")
       .def("module_calls", &module_calls,
-           "(enter_module, exit_module) as plain C functions, for the module hooks")
+           "(enter_module, exit_module) as plain C functions, for the module calls")
+      .def("phase_calls", &phase_calls,
+           "(phase_begin, phase_end) as plain C functions sampling the allocator; phase_end "
+           "returns `degraded`")
       .def("watch_parameters", &TrackingSession::watch_parameters)
       .def("tag_gradients", &TrackingSession::tag_gradients)
       .def("enter_module", &TrackingSession::enter_module, py::arg("activation_label"),

@@ -6,15 +6,17 @@ same graphs, the same guards. Three mechanisms keep it so, all decided from torc
 
 * **Compiled regions are hook-free.** A call of a compiled module (an ``OptimizedModule`` from
   ``torch.compile(module)``, a module's ``compile()``) or of a function compiled while tracking
-  is a *region*: ridgescope's global module hooks are taken out of torch's hook dictionaries
-  while it runs, so Dynamo traces ``forward`` as it would untracked (no hook inlined into the
-  graph, ``_call_impl`` not traced), ``OptimizedModule.__call__`` does not warn about global
-  hooks, and the guards Dynamo installs at compile time see at run time the same dictionaries.
+  is a *region*: ridgescope's hooks are taken out of torch's hook dictionaries (and its
+  sessions out of the ``Module.__call__`` wrapper's, _module_calls.py) while it runs, so Dynamo
+  traces ``forward`` as it would untracked (no hook inlined into the graph, ``_call_impl`` not
+  traced), ``OptimizedModule.__call__`` does not warn about global hooks, and the guards Dynamo
+  installs at compile time see at run time the same dictionaries.
   The region itself stands in for the hooks: it opens ``forward`` (or ``eval``), tags the inputs
   and the output, and names the module (or function) that allocations inside it come from.
 * **Compiling is a phase.** Dynamo's compile callbacks (``torch._dynamo.callback``: start and
   end of a frame's compilation, of a lazily compiled backward, of a CUDA-graph recording; in
-  2.11 and 2.14) open and close ``compile``, and take the module hooks out for the compilation
+  2.11 and 2.14) open and close ``compile``, put the original ``Module.__call__`` back for the
+  compilation (Dynamo never sees the wrapper), and take the module hooks out for it
   (nn-module hook dictionaries are not guarded unless
   ``torch._dynamo.config.skip_nnmodule_hook_guards`` is off, in which case they stay and are
   traced as no-ops).
@@ -247,12 +249,19 @@ class CompileTracking:
             return
         start, end = self._instr._guard(self._on_compile_start), self._instr._guard(self._on_compile_end)
         run_as_python(start, end)
+        # Dynamo traces the original Module.__call__ (_module_calls.py; not guarded: a failed
+        # session's compilations must still put the wrapper back)
+        hide_call, show_call = self._instr.module_call_swaps
+        callback_handler.register_start_callback(hide_call)
         callback_handler.register_start_callback(start)
         callback_handler.register_end_callback(end)
+        callback_handler.register_end_callback(show_call)
 
         def unregister() -> None:
             for remove, cb in ((callback_handler.remove_start_callback, start),
-                               (callback_handler.remove_end_callback, end)):
+                               (callback_handler.remove_end_callback, end),
+                               (callback_handler.remove_start_callback, hide_call),
+                               (callback_handler.remove_end_callback, show_call)):
                 try:
                     remove(cb)
                 except ValueError:  # torch._dynamo.reset() cleared them already

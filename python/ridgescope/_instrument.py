@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_leaves
 
-from . import _compile, _model_info
+from . import _compile, _model_info, _module_calls
 from ._data import DatasetRegistrar
 from ._models import Models
 from ._saved_hooks import MAX_NEW_SHAPE_STEPS, NEW_SHAPES_MARK, SavedTensorHooks, hook_steps, stack_is_empty
@@ -51,6 +51,10 @@ class Instrumentation(Tagging):
         module_calls = getattr(native, "module_calls", None)
         self._enter_module, self._exit_module = (module_calls() if module_calls is not None
                                                  else (native.enter_module, native.exit_module))
+        # A phase boundary's calls (the allocator sample, the marker, the degraded flag) as one.
+        phase_calls = getattr(native, "phase_calls", None)
+        self._phase_begin, self._phase_end = (phase_calls() if phase_calls is not None
+                                              else (self._phase_begin_calls, self._phase_end_calls))
         model = _compile.unwrap_module(model)  # torch.compile(model): the model it compiled
         self._model = model
         self._optimizer = optimizer
@@ -63,7 +67,7 @@ class Instrumentation(Tagging):
         self._restore: list[Callable[[], None]] = []
         self._saved_hooks: SavedTensorHooks | None = None
         self._local = threading.local()
-        self._phase_stack: list[tuple[str, bool]] = []  # (name, explicit)
+        self._phase_stack: list[str] = []  # the open phases' names, outermost first
         self._recomputing = False  # a recompute phase is open (module outputs are activations)
         self._phase_lock = threading.Lock()
         self._labels: dict[str, int] = {}
@@ -97,6 +101,8 @@ class Instrumentation(Tagging):
         # Called as listener(name, begun) when a phase begins (before) and ends (after).
         self.phase_listeners: list[Callable[[str, bool], None]] = []
         # Pieces with their own install()/remove(), installed after the hooks, removed first.
+        # Module.__call__'s original for each compilation, the wrapper after it (_compile.py)
+        self.module_call_swaps = (_module_calls.hide_for_compile, _module_calls.show_after_compile)
         self.compile = _compile.CompileTracking(self)
         self.extensions: list[Any] = [self.compile]
 
@@ -155,33 +161,40 @@ class Instrumentation(Tagging):
         for listener in self.phase_listeners:
             listener(name, True)
         with self._phase_lock:
-            if not explicit and any(n == name for n, _ in self._phase_stack):
+            stack = self._phase_stack
+            if not explicit and name in stack:
                 return False
-            self._phase_stack.append((name, explicit))
-            self._recomputing = any(n == "recompute" for n, _ in self._phase_stack)
+            stack.append(name)
+            self._recomputing = "recompute" in stack
         if name == "recompute" and self._saved_hooks is not None:
             self._saved_hooks.push_for_recompute()
-        self._native.sample_allocator()
-        self._native.phase_begin(self.label(name))
+        self._phase_begin(self.label(name))
         return True
+
+    def _phase_begin_calls(self, name_id: int) -> None:  # a native without phase_calls
+        self._native.sample_allocator()
+        self._native.phase_begin(name_id)
+
+    def _phase_end_calls(self, name_id: int) -> bool:
+        self._native.phase_end(name_id)
+        self._native.sample_allocator()
+        return bool(self._native.degraded)
 
     def end_phase(self, name: str) -> None:
         with self._phase_lock:
-            for i in range(len(self._phase_stack) - 1, -1, -1):
-                if self._phase_stack[i][0] == name:
-                    del self._phase_stack[i:]
-                    break
-            self._recomputing = any(n == "recompute" for n, _ in self._phase_stack)
+            stack = self._phase_stack
+            if name in stack:  # closes it and every phase opened inside it
+                del stack[len(stack) - 1 - stack[::-1].index(name):]
+            self._recomputing = "recompute" in stack
         if name == "recompute" and self._saved_hooks is not None:
             self._saved_hooks.pop_after_recompute()
-        self._native.phase_end(self.label(name))
-        self._native.sample_allocator()
-        self.check_native()
+        if self._phase_end(self.label(name)):
+            self.check_native()
         for listener in self.phase_listeners:
             listener(name, False)
 
     def in_phase(self, name: str) -> bool:
-        return any(n == name for n, _ in self._phase_stack)
+        return name in self._phase_stack
 
     # ----------------------------------------------------------------------------- modules
     def _module_info(self, module: torch.nn.Module) -> tuple[int, int, str, int]:
@@ -209,24 +222,38 @@ class Instrumentation(Tagging):
             stack = self._local.calls = []
         return stack
 
-    # The module hooks run for every module call, so each is one Python frame with its own
-    # guard rather than a guarded wrapper around a method.
-    def _module_pre_hook(self, module: torch.nn.Module, args: tuple) -> None:
-        if _is_compiling() or self.failed:  # traced by Dynamo: nothing to do (_compile.py)
-            return
+    # Every module call of the process runs through here while tracking (_module_calls.py), so
+    # the nested call, the common case, is done inline with its own guard. ``call`` is the
+    # original Module.__call__ (or the next session's wrapper).
+    def module_call(self, call: Callable[..., Any], module: torch.nn.Module, args: tuple,
+                    kwargs: dict) -> Any:
+        if self.failed:
+            return call(module, *args, **kwargs)
         try:
             calls = getattr(self._local, "calls", None)
-            if calls:  # a module inside another one on this thread: the common, cheap case
-                calls.append(None)
+            if calls:  # a module inside another one on this thread
                 info = self._module_labels.get(id(module)) or self._module_info(module)
+                calls.append(None)
                 self._enter_module(info[0], info[3])
-                return
-            self._on_module_pre(module, args, {})
+            else:
+                self._on_module_pre(module, args, {})
         except Exception as exc:  # an internal error must never reach the training loop
             self.fail(f"{type(exc).__name__}: {exc}")
+            return call(module, *args, **kwargs)
+        try:
+            output = call(module, *args, **kwargs)
+        except BaseException:
+            self._module_exit(module, args, None)
+            raise
+        if calls and calls[-1] is None and not self._recomputing and not self.failed and len(calls) > 1:
+            calls.pop()  # the common case again: nothing opened, nothing to tag
+            self._exit_module()
+        else:
+            self._module_exit(module, args, output)
+        return output
 
-    def _module_post_hook(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
-        if _is_compiling() or self.failed:
+    def _module_exit(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        if self.failed:
             return
         try:
             calls = self._local.calls
@@ -354,10 +381,9 @@ class Instrumentation(Tagging):
 
     def install(self) -> None:
         g = self._guard
-        mm = torch.nn.modules.module
-        self.module_hook_handles = [
-            mm.register_module_forward_pre_hook(self._module_pre_hook),
-            mm.register_module_forward_hook(self._module_post_hook, always_call=True)]
+        # every module call, through Module.__call__ (_module_calls.py): out in compiled regions
+        self.module_hook_handles = [_module_calls.register(self.module_call)]
+        self._restore.append(_module_calls.release)
         self.hook_handles = list(self.module_hook_handles)
         self._handles.extend(self.module_hook_handles)
 
@@ -555,8 +581,11 @@ def _identity(x: Any) -> Any:
 
 
 _is_compiling = torch.compiler.is_compiling
-# The hooks, every guarded callback and the unpack hook may run in a compiled region's eager
-# parts: Dynamo runs them as plain Python (_compile.py). _guard(None, ...) only builds the one
-# code object all guarded callbacks share.
-_compile.run_as_python(Instrumentation._module_pre_hook, Instrumentation._module_post_hook,
+# The module calls' work, every guarded callback and the unpack hook may run in a compiled
+# region's eager parts: Dynamo runs them as plain Python (_compile.py). _guard(None, ...) only
+# builds the one code object all guarded callbacks share.
+_compile.run_as_python(Instrumentation._module_exit, Instrumentation._on_module_pre,
+                       Instrumentation._module_info, Instrumentation.fail,
                        Instrumentation._guard(None, _identity), _identity)  # type: ignore[arg-type]
+# module_call runs the user's module: its own frame only (what it calls is as without it)
+_compile.run_frame_as_python(Instrumentation.module_call)

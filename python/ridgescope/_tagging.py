@@ -69,7 +69,11 @@ class Tagging:
         step is every step; a state tensor replaced in place of another under the same key is
         then not re-tagged, but its allocation is still recorded."""
         state = optimizer.state
-        shape = (id(state), len(state), sum([len(s) for s in state.values() if isinstance(s, dict)]))
+        try:  # every step: counted in C (a value that is no dict is counted too: more checks)
+            counted = sum(map(len, state.values()))
+        except TypeError:  # a value without a length (a 0-d tensor kept as a parameter's state)
+            counted = sum([len(s) for s in state.values() if isinstance(s, dict)])
+        shape = (id(state), len(state), counted)
         if self._state_shapes.get(id(optimizer)) == shape:
             return
         self._state_shapes[id(optimizer)] = shape
