@@ -121,12 +121,9 @@ class DistributedTracking:
             if fn is not None:
                 fn(optimizer)
         if not self._pg_initialized:  # the job's process group may start after tracking did
-            try:
-                import torch.distributed as dist
-                if dist.is_available() and dist.is_initialized():
-                    self.publish()
-            except Exception:
-                pass
+            dist = _torch_distributed()
+            if dist is not None and dist.is_initialized():
+                self.publish()
 
     def remove(self) -> None:
         for t in self.trackers:
@@ -150,3 +147,19 @@ class DistributedTracking:
         if text != self._published:
             self._published = text
             self.instr._native.metadata("distributed", text)
+
+
+_DISTRIBUTED: list[Any] = []  # [torch.distributed, or None where it is not available]
+
+
+def _torch_distributed() -> Any:
+    """``torch.distributed`` when this torch has it, imported once (each step end asks whether
+    the job's process group started: an import statement there costs the import machinery's
+    lookups every step)."""
+    if not _DISTRIBUTED:
+        try:
+            import torch.distributed as dist
+            _DISTRIBUTED.append(dist if dist.is_available() else None)
+        except Exception:
+            _DISTRIBUTED.append(None)
+    return _DISTRIBUTED[0]
