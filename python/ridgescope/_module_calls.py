@@ -40,9 +40,11 @@ _compile_depth = 0  # open compilations, for which the original is back
 
 def _call(module: Any, *args: Any, **kwargs: Any) -> Any:
     original = _original
-    sessions = _SESSIONS
-    if not sessions or _is_compiling():
+    # is_compiling() first: were Dynamo ever to trace this (a compilation its callbacks did not
+    # announce) it folds to True there, and the sessions are never read, nor guarded
+    if _is_compiling() or not _SESSIONS:
         return original(module, *args, **kwargs)
+    sessions = _SESSIONS
     if len(sessions) == 1:
         for session_call in sessions.values():
             return session_call(original, module, args, kwargs)

@@ -128,3 +128,32 @@ def test_dynamo_compiles_module_calls_through_the_original_call(tmp_path):
     assert counters["frames"]["ok"] == 1 and not counters["recompiles"]
     assert after is not original
     torch.testing.assert_close(values[-1], model(x).sum())
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="torch.compile's default stack needs a C++ compiler to import")
+def test_a_compilation_no_callback_announced_traces_the_wrapper_without_a_recompile(tmp_path):
+    # Given a session whose compile callbacks torch._dynamo.reset() cleared, so that Dynamo
+    # compiles with the wrapper in place of Module.__call__
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    model = Net()
+    x = torch.randn(4, 64)
+    with rs.track(model=model, out=tmp_path / "t.rstrace"):
+        torch.compile(lambda m, t: m(t).sum(), backend="eager")(model, x)  # Dynamo's side installed
+        torch._dynamo.reset()
+        counters.clear()
+        seen = []
+
+        def backend(gm, example_inputs):
+            seen.append(_module_calls.installed())
+            return gm.forward
+
+        # When a function that calls the model is compiled and run three times
+        step = torch.compile(lambda m, t: m(t).sum() * 2, backend=backend)
+        values = [step(model, x) for _ in range(3)]
+    # Then Dynamo compiled it with the wrapper in place, once, with no graph break and no
+    # recompilation, and it computed what eager does
+    assert seen == [True]
+    assert counters["frames"]["ok"] == 1 and not counters["recompiles"] and not counters["graph_break"]
+    torch.testing.assert_close(values[-1], model(x).sum() * 2)
