@@ -129,29 +129,25 @@ py::object session_capsule(py::object session) {
   return py::reinterpret_steal<py::object>(capsule);
 }
 
+// Two plain C functions over the session's capsule (the second without it when it needs no
+// session: the identity unpack hook).
+py::tuple c_function_pair(py::object session, PyMethodDef* first, PyMethodDef* second,
+                          bool second_takes_session = true) {
+  py::object self = session_capsule(session);
+  py::object a = py::reinterpret_steal<py::object>(PyCFunction_New(first, self.ptr()));
+  py::object b = py::reinterpret_steal<py::object>(
+      PyCFunction_New(second, second_takes_session ? self.ptr() : nullptr));
+  if (!a || !b) throw py::error_already_set();
+  return py::make_tuple(a, b);
+}
+
 py::tuple saved_tensor_hooks(py::object session) {
-  py::object self = session_capsule(session);
-  py::object pack = py::reinterpret_steal<py::object>(PyCFunction_New(&kPackSaved, self.ptr()));
-  py::object unpack = py::reinterpret_steal<py::object>(PyCFunction_New(&kUnpackSaved, nullptr));
-  if (!pack || !unpack) throw py::error_already_set();
-  return py::make_tuple(pack, unpack);
+  return c_function_pair(session, &kPackSaved, &kUnpackSaved, /*second_takes_session=*/false);
 }
 
-py::tuple module_calls(py::object session) {
-  py::object self = session_capsule(session);
-  py::object enter = py::reinterpret_steal<py::object>(PyCFunction_New(&kEnterModule, self.ptr()));
-  py::object exit = py::reinterpret_steal<py::object>(PyCFunction_New(&kExitModule, self.ptr()));
-  if (!enter || !exit) throw py::error_already_set();
-  return py::make_tuple(enter, exit);
-}
+py::tuple module_calls(py::object session) { return c_function_pair(session, &kEnterModule, &kExitModule); }
 
-py::tuple phase_calls(py::object session) {
-  py::object self = session_capsule(session);
-  py::object begin = py::reinterpret_steal<py::object>(PyCFunction_New(&kPhaseBegin, self.ptr()));
-  py::object end = py::reinterpret_steal<py::object>(PyCFunction_New(&kPhaseEnd, self.ptr()));
-  if (!begin || !end) throw py::error_already_set();
-  return py::make_tuple(begin, end);
-}
+py::tuple phase_calls(py::object session) { return c_function_pair(session, &kPhaseBegin, &kPhaseEnd); }
 
 }  // namespace
 
