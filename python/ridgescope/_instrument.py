@@ -100,9 +100,9 @@ class Instrumentation(Tagging):
         self.module_hook_handles: list[Any] = []
         # Called as listener(name, begun) when a phase begins (before) and ends (after).
         self.phase_listeners: list[Callable[[str, bool], None]] = []
-        # Pieces with their own install()/remove(), installed after the hooks, removed first.
         # Module.__call__'s original for each compilation, the wrapper after it (_compile.py)
         self.module_call_swaps = (_module_calls.hide_for_compile, _module_calls.show_after_compile)
+        # Pieces with their own install()/remove(), installed after the hooks, removed first.
         self.compile = _compile.CompileTracking(self)
         self.extensions: list[Any] = [self.compile]
 
