@@ -56,8 +56,16 @@ PyObject* unpack_saved(PyObject*, PyObject* packed) {
 PyMethodDef kPackSaved = {"pack_saved", pack_saved, METH_O, "ridgescope's saved-tensor pack hook"};
 PyMethodDef kUnpackSaved = {"unpack_saved", unpack_saved, METH_O, "the identity: ridgescope's unpack hook"};
 
-// The module hooks' calls into the session, for the same reason: the Python module hooks run
-// for every module call and call one of these each (docs/performance.md).
+// A trace string id passed from Python (a non-negative int); false with the error set.
+bool string_id(PyObject* value, std::uint32_t* id) {
+  const unsigned long v = PyLong_AsUnsignedLong(value);
+  if (v == static_cast<unsigned long>(-1) && PyErr_Occurred()) return false;
+  *id = static_cast<std::uint32_t>(v);
+  return true;
+}
+
+// The module calls' calls into the session, for the same reason: they run for every module
+// call (python/ridgescope/_module_calls.py, docs/performance.md).
 // enter_module(activation_label, context): two non-negative ints (string ids).
 PyObject* enter_module_fast(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) {
   auto* session = static_cast<TrackingSession*>(PyCapsule_GetPointer(capsule, kSessionCapsule));
@@ -66,11 +74,9 @@ PyObject* enter_module_fast(PyObject* capsule, PyObject* const* args, Py_ssize_t
     PyErr_SetString(PyExc_TypeError, "enter_module(activation_label, context) takes two ints");
     return nullptr;
   }
-  const unsigned long label = PyLong_AsUnsignedLong(args[0]);
-  if (label == static_cast<unsigned long>(-1) && PyErr_Occurred()) return nullptr;
-  const unsigned long context = PyLong_AsUnsignedLong(args[1]);
-  if (context == static_cast<unsigned long>(-1) && PyErr_Occurred()) return nullptr;
-  session->enter_module(static_cast<std::uint32_t>(label), static_cast<std::uint32_t>(context));
+  std::uint32_t label = 0, context = 0;
+  if (!string_id(args[0], &label) || !string_id(args[1], &context)) return nullptr;
+  session->enter_module(label, context);
   Py_RETURN_NONE;
 }
 
@@ -92,10 +98,10 @@ PyMethodDef kExitModule = {"exit_module", exit_module_fast, METH_NOARGS, "the in
 PyObject* phase_begin_fast(PyObject* capsule, PyObject* name) {
   auto* session = static_cast<TrackingSession*>(PyCapsule_GetPointer(capsule, kSessionCapsule));
   if (session == nullptr) return nullptr;
-  const unsigned long id = PyLong_AsUnsignedLong(name);
-  if (id == static_cast<unsigned long>(-1) && PyErr_Occurred()) return nullptr;
+  std::uint32_t id = 0;
+  if (!string_id(name, &id)) return nullptr;
   session->sample_allocator();
-  session->phase_begin(static_cast<std::uint32_t>(id));
+  session->phase_begin(id);
   Py_RETURN_NONE;
 }
 
@@ -104,9 +110,9 @@ PyObject* phase_begin_fast(PyObject* capsule, PyObject* name) {
 PyObject* phase_end_fast(PyObject* capsule, PyObject* name) {
   auto* session = static_cast<TrackingSession*>(PyCapsule_GetPointer(capsule, kSessionCapsule));
   if (session == nullptr) return nullptr;
-  const unsigned long id = PyLong_AsUnsignedLong(name);
-  if (id == static_cast<unsigned long>(-1) && PyErr_Occurred()) return nullptr;
-  session->phase_end(static_cast<std::uint32_t>(id));
+  std::uint32_t id = 0;
+  if (!string_id(name, &id)) return nullptr;
+  session->phase_end(id);
   session->sample_allocator();
   return PyBool_FromLong(session->degraded() ? 1 : 0);
 }

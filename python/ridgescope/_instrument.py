@@ -224,7 +224,7 @@ class Instrumentation(Tagging):
 
     # Every module call of the process runs through here while tracking (_module_calls.py), so
     # the nested call, the common case, is done inline with its own guard. ``call`` is the
-    # original Module.__call__ (or the next session's wrapper).
+    # original Module.__call__.
     def module_call(self, call: Callable[..., Any], module: torch.nn.Module, args: tuple,
                     kwargs: dict) -> Any:
         if self.failed:
@@ -245,6 +245,7 @@ class Instrumentation(Tagging):
         except BaseException:
             self._module_exit(module, args, None)
             raise
+        # _module_exit's first test, inline (one Python frame less for every nested call)
         if calls and calls[-1] is None and not self._recomputing and not self.failed and len(calls) > 1:
             calls.pop()  # the common case again: nothing opened, nothing to tag
             self._exit_module()

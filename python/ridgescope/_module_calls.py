@@ -44,31 +44,15 @@ def _call(module: Any, *args: Any, **kwargs: Any) -> Any:
     # announce) it folds to True there, and the sessions are never read, nor guarded
     if _is_compiling() or not _SESSIONS:
         return original(module, *args, **kwargs)
-    sessions = _SESSIONS
-    if len(sessions) == 1:
-        for session_call in sessions.values():
-            return session_call(original, module, args, kwargs)
-    return _nested(tuple(sessions.values()), original, module, args, kwargs)
+    # One session at a time (rs.track refuses a second, rs.estimate refuses to run inside one)
+    for session_call in _SESSIONS.values():
+        return session_call(original, module, args, kwargs)
+    return original(module, *args, **kwargs)  # emptied by another thread since the test
 
 
-def _nested(calls: tuple, original: Callable[..., Any], module: Any, args: tuple, kwargs: dict) -> Any:
-    """Several sessions at once: the first registered outermost."""
-    call = original
-    for session_call in reversed(calls):
-        call = _bind(session_call, call)
-    return call(module, *args, **kwargs)
-
-
-def _bind(session_call: Callable[..., Any], inner: Callable[..., Any]) -> Callable[..., Any]:
-    def call(module: Any, *args: Any, **kwargs: Any) -> Any:
-        return session_call(inner, module, args, kwargs)
-    run_frame_as_python(call)
-    return call
-
-
-# The wrapper's own frames are never converted by Dynamo's frame evaluator (a module called in a
-# compiled region's eager part); what they call is, as without them.
-run_frame_as_python(_call, _nested)
+# The wrapper's own frame is never converted by Dynamo's frame evaluator (a module called in a
+# compiled region's eager part); what it calls is, as without it.
+run_frame_as_python(_call)
 functools.update_wrapper(_call, _original)  # looks like Module.__call__ (name, signature)
 
 

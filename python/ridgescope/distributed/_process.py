@@ -32,8 +32,8 @@ def process_info(environ: "dict[str, str] | None" = None) -> dict[str, Any]:
     backend = None
     initialized = False
     try:
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
+        dist = torch_distributed()
+        if dist is not None and dist.is_initialized():
             initialized = True
             rank = dist.get_rank()
             world = dist.get_world_size()
@@ -51,3 +51,19 @@ def process_info(environ: "dict[str, str] | None" = None) -> dict[str, Any]:
         "backend": backend,
         "process_group_initialized": initialized,
     }
+
+
+_DISTRIBUTED: list[Any] = []  # [torch.distributed, or None where this torch lacks it]
+
+
+def torch_distributed() -> Any:
+    """``torch.distributed`` when this torch has it, imported once: a session asks at every step
+    end whether the job's process group has started, and an import statement there would cost
+    the import machinery's lookups every step."""
+    if not _DISTRIBUTED:
+        try:
+            import torch.distributed as dist
+            _DISTRIBUTED.append(dist if dist.is_available() else None)
+        except Exception:  # a broken or partial torch.distributed
+            _DISTRIBUTED.append(None)
+    return _DISTRIBUTED[0]

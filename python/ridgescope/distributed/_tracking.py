@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ._process import process_info
+from ._process import process_info, torch_distributed
 from ._tensors import local_tensor
 
 
@@ -121,7 +121,7 @@ class DistributedTracking:
             if fn is not None:
                 fn(optimizer)
         if not self._pg_initialized:  # the job's process group may start after tracking did
-            dist = _torch_distributed()
+            dist = torch_distributed()
             if dist is not None and dist.is_initialized():
                 self.publish()
 
@@ -147,19 +147,3 @@ class DistributedTracking:
         if text != self._published:
             self._published = text
             self.instr._native.metadata("distributed", text)
-
-
-_DISTRIBUTED: list[Any] = []  # [torch.distributed, or None where it is not available]
-
-
-def _torch_distributed() -> Any:
-    """``torch.distributed`` when this torch has it, imported once (each step end asks whether
-    the job's process group started: an import statement there costs the import machinery's
-    lookups every step)."""
-    if not _DISTRIBUTED:
-        try:
-            import torch.distributed as dist
-            _DISTRIBUTED.append(dist if dist.is_available() else None)
-        except Exception:
-            _DISTRIBUTED.append(None)
-    return _DISTRIBUTED[0]
