@@ -6,7 +6,7 @@ would tell it too, but while any global hook is registered torch takes the slow 
 ``Module._call_impl`` for every module call of the process (a closure, a set and the hook
 dictionaries' items per call: about 1.6 µs a call on this project's machine, against 0.7 µs for
 this wrapper; docs/performance.md). So while a session tracks, ``Module.__call__`` is this
-module's wrapper: it calls each session's ``module_call`` around the original, and the original
+module's wrapper: it calls the session's ``module_call`` around the original, and the original
 takes torch's fast path when the script registered no hooks of its own.
 
 The sessions are held in an ordered dictionary behind a ``RemovableHandle``, as a hook is, so
