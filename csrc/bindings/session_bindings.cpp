@@ -122,6 +122,161 @@ PyMethodDef kPhaseBegin = {"phase_begin", phase_begin_fast, METH_O,
 PyMethodDef kPhaseEnd = {"phase_end", phase_end_fast, METH_O,
                          "phase_end(name_id) -> degraded: closes the phase and samples the allocator"};
 
+// Instrumentation.module_call's nested case, in C. Every module call of the process comes
+// through Module.__call__'s wrapper while a session tracks (_module_calls.py), and nearly all of
+// them are nested calls that only push and pop the module context: in Python that path was
+// about 90 bytecodes a call, the largest part of the interpreter's share of a tracked step
+// (docs/performance.md). Anything else (the outermost call, a recomputation, a failed session,
+// an internal error) goes to the Python method, which does all of it.
+// self: the tuple (session capsule, Instrumentation, its threading.local, its module labels).
+struct ModuleCallNames {
+  PyObject* calls;
+  PyObject* failed;
+  PyObject* recomputing;
+  PyObject* module_call;
+  PyObject* module_exit;
+  PyObject* module_info;
+  PyObject* fail;
+};
+
+const ModuleCallNames* module_call_names() {
+  static const ModuleCallNames* names = [] {
+    auto* n = new ModuleCallNames{PyUnicode_InternFromString("calls"), PyUnicode_InternFromString("failed"),
+                                  PyUnicode_InternFromString("_recomputing"),
+                                  PyUnicode_InternFromString("module_call"),
+                                  PyUnicode_InternFromString("_module_exit"),
+                                  PyUnicode_InternFromString("_module_info"), PyUnicode_InternFromString("fail")};
+    return n;
+  }();
+  return names;
+}
+
+// call(module, *args, **kwargs)
+PyObject* call_module(PyObject* call, PyObject* module, PyObject* args, PyObject* kwargs) {
+  const Py_ssize_t n = PyTuple_GET_SIZE(args);
+  PyObject* small[8];
+  PyObject** stack = small;
+  if (n + 1 > 8) {
+    stack = static_cast<PyObject**>(PyMem_Malloc(static_cast<std::size_t>(n + 1) * sizeof(PyObject*)));
+    if (stack == nullptr) return PyErr_NoMemory();
+  }
+  stack[0] = module;
+  for (Py_ssize_t i = 0; i < n; ++i) stack[i + 1] = PyTuple_GET_ITEM(args, i);
+  PyObject* out = PyObject_VectorcallDict(call, stack, static_cast<std::size_t>(n + 1),
+                                          PyDict_GET_SIZE(kwargs) != 0 ? kwargs : nullptr);
+  if (stack != small) PyMem_Free(stack);
+  return out;
+}
+
+// 1 or 0 for the attribute's truth, 1 when it cannot be read (the Python path then decides).
+int flag(PyObject* obj, PyObject* name) {
+  PyObject* v = PyObject_GetAttr(obj, name);
+  if (v == nullptr) {
+    PyErr_Clear();
+    return 1;
+  }
+  const int truth = PyObject_IsTrue(v);
+  Py_DECREF(v);
+  if (truth < 0) PyErr_Clear();
+  return truth != 0;
+}
+
+// As Python's `except Exception as exc: self.fail(f"{type(exc).__name__}: {exc}")`: false (the
+// error left set) for an exception that is not an Exception (KeyboardInterrupt, SystemExit).
+bool report_internal_error(PyObject* instr) {
+  if (!PyErr_ExceptionMatches(PyExc_Exception)) return false;
+  PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  PyObject* type_name = PyType_GetName(reinterpret_cast<PyTypeObject*>(type));
+  PyObject* message = type_name != nullptr ? PyUnicode_FromFormat("%U: %S", type_name, value != nullptr ? value : Py_None)
+                                           : nullptr;
+  Py_XDECREF(type_name);
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  PyObject* done = message != nullptr ? PyObject_CallMethodOneArg(instr, module_call_names()->fail, message) : nullptr;
+  Py_XDECREF(message);
+  if (done == nullptr) PyErr_Clear();
+  Py_XDECREF(done);
+  return true;
+}
+
+// module_call(call, module, args, kwargs), as Instrumentation.module_call.
+PyObject* module_call_fast(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
+  const ModuleCallNames& names = *module_call_names();
+  if (nargs != 4 || !PyTuple_Check(self) || PyTuple_GET_SIZE(self) != 4) {
+    PyErr_SetString(PyExc_TypeError, "module_call(call, module, args, kwargs) takes four arguments");
+    return nullptr;
+  }
+  PyObject* instr = PyTuple_GET_ITEM(self, 1);
+  PyObject *call = a[0], *module = a[1], *args = a[2], *kwargs = a[3];
+  auto* session = static_cast<TrackingSession*>(PyCapsule_GetPointer(PyTuple_GET_ITEM(self, 0), kSessionCapsule));
+  if (session == nullptr) return nullptr;
+  PyObject* calls = nullptr;
+  if (PyTuple_CheckExact(args) && PyDict_CheckExact(kwargs) && !flag(instr, names.failed)) {
+    calls = PyObject_GetAttr(PyTuple_GET_ITEM(self, 2), names.calls);
+    if (calls == nullptr) PyErr_Clear();
+  }
+  if (calls == nullptr || !PyList_CheckExact(calls) || PyList_GET_SIZE(calls) == 0) {
+    // Not a nested call on this thread, or not one this path knows: the Python method's.
+    Py_XDECREF(calls);
+    PyObject* stack[] = {instr, call, module, args, kwargs};
+    return PyObject_VectorcallMethod(names.module_call, stack, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+  }
+  // A module inside another one: its labels (made once per module), then its context.
+  PyObject* key = PyLong_FromVoidPtr(module);  // id(module)
+  PyObject* info = key != nullptr ? PyDict_GetItemWithError(PyTuple_GET_ITEM(self, 3), key) : nullptr;
+  Py_XINCREF(info);
+  Py_XDECREF(key);
+  if (info == nullptr && !PyErr_Occurred()) info = PyObject_CallMethodOneArg(instr, names.module_info, module);
+  std::uint32_t label = 0, context = 0;
+  if (info == nullptr || !PyTuple_Check(info) || PyTuple_GET_SIZE(info) < 4 ||
+      !string_id(PyTuple_GET_ITEM(info, 0), &label) || !string_id(PyTuple_GET_ITEM(info, 3), &context) ||
+      PyList_Append(calls, Py_None) < 0) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a module's labels are not (int, int, str, int)");
+    Py_XDECREF(info);
+    Py_DECREF(calls);
+    if (!report_internal_error(instr)) return nullptr;
+    return call_module(call, module, args, kwargs);
+  }
+  Py_DECREF(info);
+  session->enter_module(label, context);
+  PyObject* output = call_module(call, module, args, kwargs);
+  if (output == nullptr) {  // the module raised: its context closes, the exception goes on
+    PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject* stack[] = {instr, module, args, Py_None};
+    PyObject* done = PyObject_VectorcallMethod(names.module_exit, stack, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+    if (done == nullptr) PyErr_Clear();
+    Py_XDECREF(done);
+    PyErr_Restore(type, value, traceback);
+    Py_DECREF(calls);
+    return nullptr;
+  }
+  // The common case again: nothing opened, nothing to tag.
+  const Py_ssize_t n = PyList_GET_SIZE(calls);
+  if (n > 1 && PyList_GET_ITEM(calls, n - 1) == Py_None && !flag(instr, names.recomputing) &&
+      !flag(instr, names.failed) && PyList_SetSlice(calls, n - 1, n, nullptr) == 0) {
+    session->exit_module();
+  } else {
+    PyErr_Clear();
+    PyObject* stack[] = {instr, module, args, output};
+    PyObject* done = PyObject_VectorcallMethod(names.module_exit, stack, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+    if (done == nullptr) {
+      Py_DECREF(output);
+      Py_DECREF(calls);
+      return nullptr;
+    }
+    Py_DECREF(done);
+  }
+  Py_DECREF(calls);
+  return output;
+}
+
+PyMethodDef kModuleCall = {"module_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(module_call_fast)),
+                           METH_FASTCALL, "module_call(call, module, args, kwargs): Instrumentation.module_call"};
+
 void release_session(PyObject* capsule) {
   Py_XDECREF(static_cast<PyObject*>(PyCapsule_GetContext(capsule)));
 }
@@ -154,6 +309,14 @@ py::tuple saved_tensor_hooks(py::object session) {
 py::tuple module_calls(py::object session) { return c_function_pair(session, &kEnterModule, &kExitModule); }
 
 py::tuple phase_calls(py::object session) { return c_function_pair(session, &kPhaseBegin, &kPhaseEnd); }
+
+// Instrumentation.module_call as a plain C function over the session and what it reads.
+py::object module_call_function(py::object session, py::object instrumentation, py::object local, py::dict labels) {
+  py::tuple self = py::make_tuple(session_capsule(session), instrumentation, local, labels);
+  py::object f = py::reinterpret_steal<py::object>(PyCFunction_New(&kModuleCall, self.ptr()));
+  if (!f) throw py::error_already_set();
+  return f;
+}
 
 }  // namespace
 
@@ -253,6 +416,10 @@ void ridgescope_bindings::bind_session(py::module_& m) {
            "(pack, unpack): the saved-tensor hooks as plain C functions (pack tags activations)")
       .def("module_calls", &module_calls,
            "(enter_module, exit_module) as plain C functions, for the module calls")
+      .def("module_call_function", &module_call_function, py::arg("instrumentation"), py::arg("local"),
+           py::arg("labels"),
+           "Instrumentation.module_call(call, module, args, kwargs) as a plain C function: the "
+           "nested call in C, anything else through the Python method")
       .def("phase_calls", &phase_calls,
            "(phase_begin, phase_end) as plain C functions sampling the allocator; phase_end "
            "returns `degraded`")

@@ -224,7 +224,8 @@ class Instrumentation(Tagging):
 
     # Every module call of the process runs through here while tracking (_module_calls.py), so
     # the nested call, the common case, is done inline with its own guard. ``call`` is the
-    # original Module.__call__.
+    # original Module.__call__. The native session's module_call_function does the nested case
+    # in C and calls this for everything else: the two must agree.
     def module_call(self, call: Callable[..., Any], module: torch.nn.Module, args: tuple,
                     kwargs: dict) -> Any:
         if self.failed:
@@ -383,7 +384,11 @@ class Instrumentation(Tagging):
     def install(self) -> None:
         g = self._guard
         # every module call, through Module.__call__ (_module_calls.py): out in compiled regions
-        self.module_hook_handles = [_module_calls.register(self.module_call)]
+        # (module_call's nested case in C where the native has it: rs.estimate's stand-in has not)
+        as_c = getattr(self._native, "module_call_function", None)
+        session_call = (as_c(self, self._local, self._module_labels) if as_c is not None
+                        else self.module_call)
+        self.module_hook_handles = [_module_calls.register(session_call)]
         self._restore.append(_module_calls.release)
         self.hook_handles = list(self.module_hook_handles)
         self._handles.extend(self.module_hook_handles)

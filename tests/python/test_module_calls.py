@@ -157,3 +157,91 @@ def test_a_compilation_no_callback_announced_traces_the_wrapper_without_a_recomp
     assert seen == [True]
     assert counters["frames"]["ok"] == 1 and not counters["recompiles"] and not counters["graph_break"]
     torch.testing.assert_close(values[-1], model(x).sum() * 2)
+
+
+class Many(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(64, 64)
+
+    def forward(self, *xs: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return self.lin(sum(xs) * scale)
+
+
+class Deep(torch.nn.Module):
+    """Nested module calls with ten positional arguments and a keyword."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Many()
+        self.proj = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.inner(*[x] * 10, scale=0.5)).sum()
+
+
+def _deep_run(path, *, tracked: bool = True):
+    torch.manual_seed(0)
+    model = Deep()
+    x = torch.randn(32, 64)
+    losses = []
+    ctx = rs.track(model=model, out=path, keep_steps="all") if tracked else None
+    if ctx is not None:
+        ctx.__enter__()
+    try:
+        for _ in range(2):
+            loss = model(x)
+            loss.backward()
+            losses.append(loss.detach().clone())
+    finally:
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+    return model, losses
+
+
+def _blocks(path):
+    peak = rs.load(path).to_dict()["peak"]
+    return (sorted((b["bytes"], b["category"], b["label"], b["module"], b["phase_allocated"], b["site"])
+                   for b in peak["top_blocks"]), peak["by_label"])
+
+
+def test_nested_calls_made_in_c_name_every_block_as_the_python_path_does(tmp_path, monkeypatch):
+    # Given a model whose forward nests module calls (positional arguments beyond any fixed
+    # count, a keyword argument), trained untracked for the truth
+    _, expected = _deep_run(None, tracked=False)
+    # When it is trained tracked with the nested calls done in C (the native session's
+    # module_call_function), and again with Instrumentation.module_call in Python
+    _, in_c = _deep_run(tmp_path / "c.rstrace")
+    monkeypatch.delattr(rs._C.Session, "module_call_function")
+    _, in_python = _deep_run(tmp_path / "py.rstrace")
+    # Then the losses are bitwise those of the untracked run, and both traces name every block
+    # of the peak alike (bytes, category, label, module, phase and site)
+    assert all(torch.equal(a, b) for a, b in zip(in_c, expected)) and len(in_c) == 2
+    assert all(torch.equal(a, b) for a, b in zip(in_python, expected))
+    c_blocks, py_blocks = _blocks(tmp_path / "c.rstrace"), _blocks(tmp_path / "py.rstrace")
+    assert c_blocks == py_blocks
+    assert {"inner", "proj.0", "proj.1"} & {b[3] for b in c_blocks[0]}
+
+
+def test_an_internal_error_in_a_nested_call_warns_once_and_the_call_returns_its_output(tmp_path):
+    # Given a session whose table of module labels holds a malformed entry for a child module
+    # (an internal error on the nested call's C path)
+    torch.manual_seed(0)
+    model = Deep()
+    x = torch.randn(32, 64)
+    expected = model(x)
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with rs.track(model=model, out=tmp_path / "t.rstrace") as session:
+            session._instr._module_labels[id(model.inner)] = "not a label tuple"
+            # When the model runs forward
+            out = model(x)
+            again = model(x)
+    # Then the module's output is what it computes untracked, one warning says recording
+    # stopped and why, and Module.__call__ is torch's again after the session
+    assert torch.equal(out, expected) and torch.equal(again, expected)
+    warned = [w for w in caught if "ridgescope stopped recording" in str(w.message)]
+    assert len(warned) == 1 and "TypeError" in str(warned[0].message)
+    assert session.error.startswith("TypeError")
+    assert not _module_calls.installed()
