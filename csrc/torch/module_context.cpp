@@ -1,5 +1,6 @@
 #include "module_context.h"
 
+#include <atomic>
 #include <cstddef>
 
 namespace ridgescope::sources {
@@ -10,21 +11,38 @@ namespace {
 constexpr std::size_t kMaxDepth = 256;
 thread_local ModuleFrame t_frames[kMaxDepth];
 thread_local std::size_t t_depth = 0;
+thread_local std::uint64_t t_generation = 0;  // the generation t_depth counts for
+std::atomic<std::uint64_t> g_generation{1};
+
+// This thread's depth in the current generation (a stack left by an earlier session is empty).
+std::size_t& depth() noexcept {
+  const std::uint64_t generation = g_generation.load(std::memory_order_relaxed);
+  if (t_generation != generation) {
+    t_generation = generation;
+    t_depth = 0;
+  }
+  return t_depth;
+}
 
 }  // namespace
 
+void new_module_contexts() noexcept { g_generation.fetch_add(1, std::memory_order_relaxed); }
+
 void push_module(ModuleFrame frame) noexcept {
-  if (t_depth < kMaxDepth) t_frames[t_depth] = frame;
-  ++t_depth;
+  std::size_t& d = depth();
+  if (d < kMaxDepth) t_frames[d] = frame;
+  ++d;
 }
 
 void pop_module() noexcept {
-  if (t_depth > 0) --t_depth;
+  std::size_t& d = depth();
+  if (d > 0) --d;
 }
 
 const ModuleFrame* current_module() noexcept {
-  if (t_depth == 0) return nullptr;
-  return &t_frames[(t_depth <= kMaxDepth ? t_depth : kMaxDepth) - 1];
+  const std::size_t d = depth();
+  if (d == 0) return nullptr;
+  return &t_frames[(d <= kMaxDepth ? d : kMaxDepth) - 1];
 }
 
 std::uint32_t current_module_context() noexcept {

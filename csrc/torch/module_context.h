@@ -5,7 +5,9 @@
 //
 // Thread-safety: the stack is thread-local (forward, and the recomputation of checkpointed
 // regions, run a module's hooks and its allocations on one thread). Reads are lock-free and
-// never allocate, so the allocator source may call current_module_context().
+// never allocate, so the allocator source may call current_module_context(). Each session
+// starts every thread's stack empty (new_module_contexts()): a session that stopped inside a
+// module call (an internal error) leaves nothing for the next one.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,8 @@ struct ModuleFrame {
   std::uint32_t context_id = 0;           // trace string "<module>" (hierarchical name)
 };
 
+// A session starts: every thread's stack reads as empty from now on (one atomic increment).
+void new_module_contexts() noexcept;
 void push_module(ModuleFrame frame) noexcept;
 void pop_module() noexcept;
 // The innermost frame on this thread, or nullptr outside every module.

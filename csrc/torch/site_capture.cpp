@@ -104,6 +104,17 @@ const void* own_library_base() {
 }
 
 thread_local std::vector<std::uint64_t> t_open_calls;  // ModuleRanges: this thread's open calls
+thread_local std::uint64_t t_open_calls_of = 0;         // the ModuleRanges::id_ they belong to
+std::atomic<std::uint64_t> g_next_ranges_id{1};
+
+// This thread's open calls in `ranges` (emptied when they belong to another one).
+std::vector<std::uint64_t>& open_calls(std::uint64_t ranges) noexcept {
+  if (t_open_calls_of != ranges) {
+    t_open_calls.clear();
+    t_open_calls_of = ranges;
+  }
+  return t_open_calls;
+}
 
 }  // namespace
 
@@ -130,6 +141,8 @@ void set_python_frame_walker(PythonFrameWalker* walker) noexcept { g_walker.stor
 PythonFrameWalker* python_frame_walker() noexcept { return g_walker.load(std::memory_order_acquire); }
 
 // ------------------------------------------------------------------------------ ModuleRanges
+ModuleRanges::ModuleRanges() noexcept : id_(g_next_ranges_id.fetch_add(1)) {}
+
 void ModuleRanges::CallRing::push_back(const Call& c) {
   if (count_ == capacity_) {
     const std::size_t grown = capacity_ == 0 ? 64 : capacity_ * 2;  // a power of two
@@ -148,13 +161,14 @@ void ModuleRanges::enter(std::uint32_t module_id) noexcept {
     const std::uint64_t thread = at::RecordFunction::currentThreadId();
     const std::uint64_t seq = at::sequence_number::peek();
     std::uint64_t index = 0;
+    std::vector<std::uint64_t>& open = open_calls(id_);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       Thread& t = threads_.try_emplace(thread, Thread{0, CallRing(&arena_), 0}).first->second;
       Call c;
       c.begin = seq;
       c.module_id = module_id;
-      c.parent = t_open_calls.empty() ? UINT64_MAX : t_open_calls.back();
+      c.parent = open.empty() ? UINT64_MAX : open.back();
       if (t.calls.size() == kMaxCalls) {  // the bound: the oldest call is forgotten
         t.calls.pop_front();
         ++t.base;
@@ -162,16 +176,17 @@ void ModuleRanges::enter(std::uint32_t module_id) noexcept {
       t.calls.push_back(c);
       index = t.base + t.calls.size() - 1;
     }
-    t_open_calls.push_back(index);
+    open.push_back(index);
   } catch (...) {
     // Out of memory: this call's nodes get no module.
   }
 }
 
 void ModuleRanges::exit() noexcept {
-  if (t_open_calls.empty()) return;
-  const std::uint64_t index = t_open_calls.back();
-  t_open_calls.pop_back();
+  std::vector<std::uint64_t>& open = open_calls(id_);
+  if (open.empty()) return;
+  const std::uint64_t index = open.back();
+  open.pop_back();
   const std::uint64_t thread = at::RecordFunction::currentThreadId();
   const std::uint64_t seq = at::sequence_number::peek();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -212,6 +227,7 @@ std::uint32_t ModuleRanges::module_of(std::uint64_t thread_id, std::uint64_t seq
   while (index != UINT64_MAX && index >= t.base) {
     const Call& c = t.calls[index - t.base];
     if (seq < c.end) return c.module_id;
+    if (c.parent != UINT64_MAX && c.parent >= index) return 0;  // calls nest: never reached
     index = c.parent;
   }
   return 0;

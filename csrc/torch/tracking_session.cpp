@@ -62,6 +62,7 @@ TrackingSession::TrackingSession(const std::string& path, std::uint64_t capacity
   reserved_sample_id_ = recorder_.intern("allocator_reserved_bytes");
   outside_label_id_ = recorder_.intern("activation saved outside the model (loss or functional code)");
   if (host_memory) host_ = std::make_unique<HostMemorySampler>(&recorder_);
+  new_module_contexts();  // no thread is inside a module of this session yet
   if (!install_cpu_allocator_source(&recorder_, capacity_bytes, sites_.get())) {
     recorder_.close();
     throw std::runtime_error(

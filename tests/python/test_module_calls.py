@@ -245,3 +245,29 @@ def test_an_internal_error_in_a_nested_call_warns_once_and_the_call_returns_its_
     assert len(warned) == 1 and "TypeError" in str(warned[0].message)
     assert session.error.startswith("TypeError")
     assert not _module_calls.installed()
+
+
+def test_a_session_after_one_that_stopped_inside_a_module_starts_outside_every_module(tmp_path):
+    # Given a session that stopped recording inside a module call (an internal error in a nested
+    # call: the calls around it never closed theirs)
+    torch.manual_seed(0)
+    model = Deep()
+    x = torch.randn(32, 64)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with rs.track(model=model, out=tmp_path / "failed.rstrace") as session:
+            session._instr._module_labels[id(model.inner)] = "not a label tuple"
+            model(x)
+    assert session.error
+    # When a new session on the same thread allocates outside every module, then trains a step
+    path = tmp_path / "t.rstrace"
+    with rs.track(model=model, out=path, keep_steps="all"):
+        outside = torch.empty(10_000)
+        model(x).backward()
+    # Then the block made outside is in no module, and the step's blocks are in the modules
+    # that made them (nothing nests in the first session's calls)
+    peak = rs.load(path).to_dict()["peak"]
+    blocks = {b["address"]: b for b in peak["top_blocks"]}
+    assert blocks[outside.untyped_storage().data_ptr()]["module"] == ""
+    assert {b["module"] for b in peak["top_blocks"]} <= {"", "Deep", "inner", "inner.lin", "proj", "proj.0", "proj.1"}
