@@ -59,6 +59,8 @@ void record_locked(EventKind kind, void* ptr, std::uint64_t bytes, std::uint32_t
     e.string_id = current_module_context();
     e.stack_id = stack;
   }
+  // By reference: an Event passed by value was copied with 16-byte loads right after its fields'
+  // narrower stores, a store-forwarding stall on every allocation and free (docs/performance.md).
   g_recorder->record(e);
 }
 

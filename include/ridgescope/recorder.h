@@ -89,12 +89,13 @@ class Recorder {
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
-  // Appends one event, stamping time_ns (nanoseconds since this recorder was created) and
-  // thread. String and Metadata events are written by intern() and metadata() instead.
-  void record(Event event) noexcept;
+  // Appends one event, stamped with the time (nanoseconds since this recorder was created) and
+  // the calling thread in place of its own time_ns and thread. String and Metadata events are
+  // written by intern() and metadata() instead.
+  void record(const Event& event) noexcept;
 
-  // Appends an event keeping its time_ns (a replay source that carries its own clock).
-  void record_timed(Event event) noexcept;
+  // Appends an event keeping its time_ns and thread (a replay source that carries its own clock).
+  void record_timed(const Event& event) noexcept;
 
   // Returns the id of `text`, writing a String record the first time it is seen. Id 0 is the
   // empty string and is never written.
@@ -137,7 +138,8 @@ class Recorder {
   int writer_policy() const noexcept;
 
  private:
-  void append_locked(const Event& event);
+  // `time_ns` and `thread` stand for the event's own (text records have neither).
+  void append_locked(const Event& event, std::uint64_t time_ns, std::uint32_t thread);
   void append_definition_locked(const std::string& record);
   // Bounded memory: after each record, waits (or writes the oldest chunk itself) while the queue
   // is over its limit. The check is inline: it is on every record's path, the wait is rare.

@@ -98,7 +98,7 @@ void encode_checkpoint_segment(Device device, std::uint64_t addr, std::uint64_t 
 
 void encode_checkpoint_external(const Event& e, std::string& out) {
   RecordBuffer p;
-  put_external_fields(p, e);
+  put_external_fields(p, e, e.thread);
   p.varint(e.stack_id);
   p.append_record(EventKind::CheckpointExternal, out);
 }

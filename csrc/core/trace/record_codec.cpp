@@ -30,7 +30,7 @@ template <class Out>
 // allocator callback. They are built in a stack buffer and appended once; the bytes are those of
 // docs/trace_format.md (tests/cpp/core/trace/test_record_codec.cpp spells them out).
 template <class Out>
-void encode_record_to(const Event& e, CodecClock& clock, Out& out) {
+void encode_record_to(const Event& e, RecordStamp stamp, CodecClock& clock, Out& out) {
   if (e.kind == EventKind::String || e.kind == EventKind::Metadata) {
     encode_text_record(e, out);
     return;
@@ -39,8 +39,8 @@ void encode_record_to(const Event& e, CodecClock& clock, Out& out) {
   // encode_stack_record, flight_codec.cpp.
   if (static_cast<std::uint8_t>(e.kind) >= 64) return;
   RecordBuffer p;
-  p.varint(zigzag(static_cast<std::int64_t>(e.time_ns - clock.last_time_ns)));
-  clock.last_time_ns = e.time_ns;
+  p.varint(zigzag(static_cast<std::int64_t>(stamp.time_ns - clock.last_time_ns)));
+  clock.last_time_ns = stamp.time_ns;
   switch (e.kind) {
     case EventKind::Alloc:
       p.device(e.device);
@@ -48,7 +48,7 @@ void encode_record_to(const Event& e, CodecClock& clock, Out& out) {
       p.varint(e.bytes);
       p.varint(e.requested_bytes);
       p.varint(e.stream);
-      p.varint(e.thread);
+      p.varint(stamp.thread);
       // Trailing and optional: the module context, then the stack (which needs the context
       // before it, 0 when none).
       if (e.string_id != 0 || e.stack_id != 0) p.varint(e.string_id);
@@ -59,7 +59,7 @@ void encode_record_to(const Event& e, CodecClock& clock, Out& out) {
       p.varint(e.addr);
       p.varint(e.bytes);
       p.varint(e.stream);
-      p.varint(e.thread);
+      p.varint(stamp.thread);
       break;
     case EventKind::SegmentAlloc:
     case EventKind::SegmentFree:
@@ -78,7 +78,7 @@ void encode_record_to(const Event& e, CodecClock& clock, Out& out) {
     case EventKind::PhaseBegin:
     case EventKind::PhaseEnd:
       p.varint(e.string_id);
-      p.varint(e.thread);
+      p.varint(stamp.thread);
       break;
     case EventKind::Step:
       p.varint(e.value);
@@ -96,10 +96,10 @@ void encode_record_to(const Event& e, CodecClock& clock, Out& out) {
       break;
     case EventKind::Mark:
       p.varint(e.string_id);
-      p.varint(e.thread);
+      p.varint(stamp.thread);
       break;
     case EventKind::ExternalAlloc:
-      put_external_fields(p, e);
+      put_external_fields(p, e, stamp.thread);
       if (e.stack_id != 0) p.varint(e.stack_id);  // trailing and optional
       break;
     case EventKind::ExternalFree:
@@ -107,7 +107,7 @@ void encode_record_to(const Event& e, CodecClock& clock, Out& out) {
       p.varint(e.addr);
       p.varint(e.bytes);
       p.varint(e.flags);
-      p.varint(e.thread);
+      p.varint(stamp.thread);
       break;
     case EventKind::String:
     case EventKind::Metadata:
@@ -122,8 +122,12 @@ void encode_record_to(const Event& e, CodecClock& clock, Out& out) {
 
 }  // namespace
 
-void encode_record(const Event& e, CodecClock& clock, std::string& out) { encode_record_to(e, clock, out); }
-void encode_record(const Event& e, CodecClock& clock, std::pmr::string& out) { encode_record_to(e, clock, out); }
+void encode_record(const Event& e, CodecClock& clock, std::string& out) {
+  encode_record_to(e, RecordStamp{e.time_ns, e.thread}, clock, out);
+}
+void encode_record(const Event& e, RecordStamp stamp, CodecClock& clock, std::pmr::string& out) {
+  encode_record_to(e, stamp, clock, out);
+}
 
 namespace {
 void append_definition(EventKind kind, const std::string& payload, std::string& out) {

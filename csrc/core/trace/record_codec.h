@@ -66,17 +66,23 @@ class RecordBuffer {
 
 // The fields an allocation outside PyTorch and its checkpoint record share, in their order
 // (their stack id follows: optional in the one, always present in the other).
-inline void put_external_fields(RecordBuffer& p, const Event& e) noexcept {
+inline void put_external_fields(RecordBuffer& p, const Event& e, std::uint32_t thread) noexcept {
   p.device(e.device);
   p.varint(e.addr);
   p.varint(e.bytes);
   p.varint(e.flags);      // the API
   p.varint(e.string_id);  // the library
-  p.varint(e.thread);
+  p.varint(thread);
 }
 
 void encode_record(const Event& event, CodecClock& clock, std::string& out);
-void encode_record(const Event& event, CodecClock& clock, std::pmr::string& out);  // the recorder's chunks
+// The recorder's chunks: the time and the thread given apart from the event (the caller's Event
+// is then passed by reference all the way, never copied on the allocator callback's path).
+struct RecordStamp {
+  std::uint64_t time_ns;  // nanoseconds since the session started
+  std::uint32_t thread;   // the caller's small thread number
+};
+void encode_record(const Event& event, RecordStamp stamp, CodecClock& clock, std::pmr::string& out);
 
 // The untimed definitions of format version 2 (docs/trace_format.md, "Frames and stacks").
 void encode_frame_record(std::uint32_t id, const FrameRecord& frame, std::string& out);

@@ -75,19 +75,17 @@ Recorder::ChunkBytes Recorder::new_chunk() const {
   return chunk;
 }
 
-void Recorder::record(Event event) noexcept {
+void Recorder::record(const Event& event) noexcept {
   const std::uint32_t thread = this_thread_number();
   std::unique_lock<std::mutex> lock(mutex_);
   // The clock is read under the lock so that times never go backwards in the stream.
-  event.time_ns = monotonic_now_ns() - origin_ns_;
-  event.thread = thread;
-  append_locked(event);
+  append_locked(event, monotonic_now_ns() - origin_ns_, thread);
   wait_for_room(lock);
 }
 
-void Recorder::record_timed(Event event) noexcept {
+void Recorder::record_timed(const Event& event) noexcept {
   std::unique_lock<std::mutex> lock(mutex_);
-  append_locked(event);
+  append_locked(event, event.time_ns, event.thread);
   wait_for_room(lock);
 }
 
@@ -110,7 +108,7 @@ std::uint32_t Recorder::intern(std::string_view text) noexcept {
     e.kind = EventKind::String;
     e.string_id = id;
     e.text = text;
-    append_locked(e);
+    append_locked(e, 0, 0);
     wait_for_room(lock);
     return id;
   } catch (...) {
@@ -211,11 +209,11 @@ void Recorder::metadata(std::string_view key, std::string_view json) noexcept {
   e.kind = EventKind::Metadata;
   e.string_id = key_id;
   e.text = json;
-  append_locked(e);
+  append_locked(e, 0, 0);
   wait_for_room(lock);
 }
 
-void Recorder::append_locked(const Event& event) {
+void Recorder::append_locked(const Event& event, std::uint64_t time_ns, std::uint32_t thread) {
   // After close() began nothing more is accepted: the writer is draining its last chunk.
   if (failed_ || closed_ || closing_) {
     ++stats_.dropped_events;
@@ -231,7 +229,7 @@ void Recorder::append_locked(const Event& event) {
     if (current_.empty()) current_started_ns_ = monotonic_now_ns();
     const std::size_t capacity = current_.capacity();
     detail::CodecClock clock{codec_time_ns_};
-    detail::encode_record(event, clock, current_);
+    detail::encode_record(event, detail::RecordStamp{time_ns, thread}, clock, current_);
     codec_time_ns_ = clock.last_time_ns;
     ++current_records_;
     ++stats_.events;
