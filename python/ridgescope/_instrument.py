@@ -22,10 +22,10 @@ import weakref
 from typing import Any, Callable
 
 import torch
-from torch.utils._pytree import tree_leaves
 
 from . import _compile, _model_info, _module_calls
 from ._data import DatasetRegistrar
+from ._leaves import leaves as leaves_of
 from ._models import Models
 from ._saved_hooks import MAX_NEW_SHAPE_STEPS, NEW_SHAPES_MARK, SavedTensorHooks, hook_steps, stack_is_empty
 from ._tagging import Tagging
@@ -290,7 +290,7 @@ class Instrumentation(Tagging):
             if opened not in (None, _MODEL_CALL) and not self.begin_phase(opened, explicit=False):
                 opened = None
             if opened == "forward":
-                leaves = tree_leaves((args, kwargs))
+                leaves = leaves_of(args) + leaves_of(kwargs) if kwargs else leaves_of(args)
                 self._on_forward_inputs(leaves)
                 label = self.label("input")
                 for t in leaves:
@@ -324,14 +324,14 @@ class Instrumentation(Tagging):
         opened = calls.pop() if calls else None
         if self._recomputing and output is not None:
             label = self._module_info(module)[1]
-            leaves = tree_leaves(output)
+            leaves = leaves_of(output)
             for t in leaves:
                 if isinstance(t, torch.Tensor):
                     self._native.tag(t, "activation", label, True)
         if opened is _MODEL_CALL:  # another model's output (a teacher's logits) feeds the loss
             if output is not None:
                 label = self.label(f"output of {self.models.call_name(module)}")
-                leaves = tree_leaves(output)
+                leaves = leaves_of(output)
                 for t in leaves:
                     if isinstance(t, torch.Tensor):
                         self._native.tag(t, "activation", label, True)
@@ -340,7 +340,7 @@ class Instrumentation(Tagging):
             # The model's output (logits) lives on after forward for the loss: an activation of
             # this forward, not an unexplained block.
             label = self.label(f"output of {self.models.call_name(module)}")
-            leaves = tree_leaves(output)
+            leaves = leaves_of(output)
             for t in leaves:
                 if isinstance(t, torch.Tensor):
                     self._native.tag(t, "activation", label, True)
@@ -461,7 +461,7 @@ class Instrumentation(Tagging):
 
     def _tag_loss(self, tensors: Any = None, *args: Any, **kwargs: Any) -> None:
         """The tensor backward starts from (the loss) is an output of the step's forward."""
-        leaves = tree_leaves(kwargs.get("tensors", tensors))
+        leaves = leaves_of(kwargs.get("tensors", tensors))
         label = self.label("loss")
         for t in leaves:
             if isinstance(t, torch.Tensor):
