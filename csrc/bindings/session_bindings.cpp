@@ -188,7 +188,7 @@ bool report_internal_error(PyObject* instr) {
   PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
   PyErr_Fetch(&type, &value, &traceback);
   PyErr_NormalizeException(&type, &value, &traceback);
-  PyObject* type_name = PyType_GetName(reinterpret_cast<PyTypeObject*>(type));
+  PyObject* type_name = PyObject_GetAttrString(type, "__name__");  // type(exc).__name__ (3.10 has no PyType_GetName)
   PyObject* message = type_name != nullptr ? PyUnicode_FromFormat("%U: %S", type_name, value != nullptr ? value : Py_None)
                                            : nullptr;
   Py_XDECREF(type_name);
