@@ -16,7 +16,7 @@ std::atomic<std::uint64_t> g_generation{1};
 
 // This thread's depth in the current generation (a stack left by an earlier session is empty).
 std::size_t& depth() noexcept {
-  const std::uint64_t generation = g_generation.load(std::memory_order_relaxed);
+  const std::uint64_t generation = module_context_generation();
   if (t_generation != generation) {
     t_generation = generation;
     t_depth = 0;
@@ -27,6 +27,8 @@ std::size_t& depth() noexcept {
 }  // namespace
 
 void new_module_contexts() noexcept { g_generation.fetch_add(1, std::memory_order_relaxed); }
+
+std::uint64_t module_context_generation() noexcept { return g_generation.load(std::memory_order_relaxed); }
 
 void push_module(ModuleFrame frame) noexcept {
   std::size_t& d = depth();

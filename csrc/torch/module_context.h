@@ -21,6 +21,9 @@ struct ModuleFrame {
 
 // A session starts: every thread's stack reads as empty from now on (one atomic increment).
 void new_module_contexts() noexcept;
+// The session generation new_module_contexts() last began: other per-thread module state
+// (ModuleRanges' open calls) is tagged with it by the same rule.
+std::uint64_t module_context_generation() noexcept;
 void push_module(ModuleFrame frame) noexcept;
 void pop_module() noexcept;
 // The innermost frame on this thread, or nullptr outside every module.

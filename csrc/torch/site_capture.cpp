@@ -17,6 +17,7 @@
 #include "byte_codec.h"
 #include "page_arena.h"
 #include "json_writer.h"
+#include "module_context.h"
 
 namespace ridgescope::sources {
 namespace {
@@ -104,14 +105,15 @@ const void* own_library_base() {
 }
 
 thread_local std::vector<std::uint64_t> t_open_calls;  // ModuleRanges: this thread's open calls
-thread_local std::uint64_t t_open_calls_of = 0;         // the ModuleRanges::id_ they belong to
-std::atomic<std::uint64_t> g_next_ranges_id{1};
+thread_local std::uint64_t t_open_calls_of = 0;         // the session generation they belong to
 
-// This thread's open calls in `ranges` (emptied when they belong to another one).
-std::vector<std::uint64_t>& open_calls(std::uint64_t ranges) noexcept {
-  if (t_open_calls_of != ranges) {
+// This thread's open calls in this session (module_context.h's generation): a session that
+// stopped inside a module call leaves open calls the next one must not nest in.
+std::vector<std::uint64_t>& open_calls() noexcept {
+  const std::uint64_t generation = module_context_generation();
+  if (t_open_calls_of != generation) {
     t_open_calls.clear();
-    t_open_calls_of = ranges;
+    t_open_calls_of = generation;
   }
   return t_open_calls;
 }
@@ -141,8 +143,6 @@ void set_python_frame_walker(PythonFrameWalker* walker) noexcept { g_walker.stor
 PythonFrameWalker* python_frame_walker() noexcept { return g_walker.load(std::memory_order_acquire); }
 
 // ------------------------------------------------------------------------------ ModuleRanges
-ModuleRanges::ModuleRanges() noexcept : id_(g_next_ranges_id.fetch_add(1)) {}
-
 void ModuleRanges::CallRing::push_back(const Call& c) {
   if (count_ == capacity_) {
     const std::size_t grown = capacity_ == 0 ? 64 : capacity_ * 2;  // a power of two
@@ -161,7 +161,7 @@ void ModuleRanges::enter(std::uint32_t module_id) noexcept {
     const std::uint64_t thread = at::RecordFunction::currentThreadId();
     const std::uint64_t seq = at::sequence_number::peek();
     std::uint64_t index = 0;
-    std::vector<std::uint64_t>& open = open_calls(id_);
+    std::vector<std::uint64_t>& open = open_calls();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       Thread& t = threads_.try_emplace(thread, Thread{0, CallRing(&arena_), 0}).first->second;
@@ -183,7 +183,7 @@ void ModuleRanges::enter(std::uint32_t module_id) noexcept {
 }
 
 void ModuleRanges::exit() noexcept {
-  std::vector<std::uint64_t>& open = open_calls(id_);
+  std::vector<std::uint64_t>& open = open_calls();
   if (open.empty()) return;
   const std::uint64_t index = open.back();
   open.pop_back();

@@ -81,7 +81,6 @@ PythonFrameWalker* python_frame_walker() noexcept;
 class ModuleRanges {
  public:
   static constexpr std::size_t kMaxCalls = 1u << 17;  // a power of two (the ring's largest size)
-  ModuleRanges() noexcept;
   void enter(std::uint32_t module_id) noexcept;  // the module's name (trace string id)
   void exit() noexcept;
   // A training step ended: forgets the calls that began before the previous step ended, and
@@ -129,9 +128,6 @@ class ModuleRanges {
   };
   static_assert((kMaxCalls & (kMaxCalls - 1)) == 0 && kMaxCalls >= 64, "the ring's sizes are powers of two");
   mutable std::mutex mutex_;  // leaf lock
-  // Which ModuleRanges this thread's open calls belong to (one per session, never reused): a
-  // session that stopped inside a module call leaves open calls the next one must not nest in.
-  const std::uint64_t id_;
   // Where the rings and the map live: memory of their own, not the C heap (page_arena.h).
   detail::PageArena arena_;  // declared before the map: outlives it
   detail::ArenaHashMap<std::uint64_t, Thread> threads_{&arena_};
