@@ -188,6 +188,7 @@ class CompileTracking:
         self._lock = threading.Lock()
         self._regions: list[_FunctionCall] = []  # open calls of compiled functions
         self._in_listener = False
+        self._phase_listener: Callable[[str, bool], None] | None = None  # from the first region on
 
     # ------------------------------------------------------------------ install / remove
     def install(self) -> None:
@@ -195,7 +196,6 @@ class CompileTracking:
         _current = self
         self._hidden.set_handles(self._instr.hook_handles)
         self._hidden_compile.set_handles(self._instr.module_hook_handles)
-        self._instr.phase_listeners.append(self._instr._guard(self._on_phase))
         self._patch(torch, "compile", _make_compile(torch.compile))
         self._patch(torch.nn.Module, "compile", _make_module_compile(torch.nn.Module.compile))
         if "torch._dynamo" in sys.modules:
@@ -347,6 +347,11 @@ class CompileTracking:
         instr = self._instr
         owned = (not self._regions and not instr._depth() and not instr._phase_stack)
         call = _FunctionCall(fn, owned)
+        if self._phase_listener is None:
+            # Listening from the first compiled call on: an eager run's phases never call it
+            # (two Python frames at every phase boundary of every step; docs/performance.md)
+            self._phase_listener = instr._guard(self._on_phase)
+            instr.phase_listeners.append(self._phase_listener)
         self._regions.append(call)
         if owned:
             call.training = torch.is_grad_enabled()

@@ -168,7 +168,7 @@ class Instrumentation(Tagging):
             self._recomputing = "recompute" in stack
         if name == "recompute" and self._saved_hooks is not None:
             self._saved_hooks.push_for_recompute()
-        self._phase_begin(self.label(name))
+        self._phase_begin(self._labels.get(name) or self.label(name))
         return True
 
     def _phase_begin_calls(self, name_id: int) -> None:  # a native without phase_calls
@@ -183,12 +183,14 @@ class Instrumentation(Tagging):
     def end_phase(self, name: str) -> None:
         with self._phase_lock:
             stack = self._phase_stack
-            if name in stack:  # closes it and every phase opened inside it
+            if stack and stack[-1] == name:  # the innermost: the common case
+                stack.pop()
+            elif name in stack:  # closes it and every phase opened inside it
                 del stack[len(stack) - 1 - stack[::-1].index(name):]
             self._recomputing = "recompute" in stack
         if name == "recompute" and self._saved_hooks is not None:
             self._saved_hooks.pop_after_recompute()
-        if self._phase_end(self.label(name)):
+        if self._phase_end(self._labels.get(name) or self.label(name)):
             self.check_native()
         for listener in self.phase_listeners:
             listener(name, False)
@@ -360,29 +362,33 @@ class Instrumentation(Tagging):
         instr = self
 
         def make(original: Any) -> Any:
-            # Guarded once here, not per call: the wrapper runs every step (backward, zero_grad).
-            begin, end = instr._guard(instr.begin_phase), instr._guard(instr.end_phase)
-            guarded_before = instr._guard(before) if before is not None else None
-            guarded_after = instr._guard(after) if after is not None else None
-
+            # The guard inline, as _guard's: the wrapper runs every step (backward, zero_grad),
+            # and each Python frame on its path costs microseconds there (docs/performance.md)
             @functools.wraps(original)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
-                opened = begin(phase, False)
-                if opened and guarded_before is not None:
-                    guarded_before(*args, **kwargs)
+                opened = False
+                if not instr.failed:
+                    try:
+                        opened = instr.begin_phase(phase, False)
+                        if opened and before is not None:
+                            before(*args, **kwargs)
+                    except Exception as exc:  # never into the training loop
+                        instr.fail(f"{type(exc).__name__}: {exc}")
                 try:
                     return original(*args, **kwargs)
                 finally:
-                    if opened:
-                        if guarded_after is not None:
-                            guarded_after()
-                        end(phase)
+                    if opened and not instr.failed:
+                        try:
+                            if after is not None:
+                                after()
+                            instr.end_phase(phase)
+                        except Exception as exc:
+                            instr.fail(f"{type(exc).__name__}: {exc}")
             # under torch.compile: seen by Dynamo as the original (_compile.py)
             return _compile.transparent(original, wrapper)
         return make
 
     def install(self) -> None:
-        g = self._guard
         # every module call, through Module.__call__ (_module_calls.py): out in compiled regions
         # (module_call's nested case in C where the native has it: rs.estimate's stand-in has not)
         as_c = getattr(self._native, "module_call_function", None)
@@ -404,16 +410,24 @@ class Instrumentation(Tagging):
         self.datasets.install()
 
         import torch.optim.optimizer as opt_mod
-        pre, post = g(self._on_step_pre), g(self._on_step_post)
 
+        # Guarded inline, as _guard's (one Python frame less a step each)
         def step_pre_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
-            if not _is_compiling():  # traced inside a compiled train step: nothing to do
-                return pre(opt, args, kwargs)
-            return None
+            if _is_compiling() or self.failed:  # traced inside a compiled train step: nothing to do
+                return None
+            try:
+                return self._on_step_pre(opt, args, kwargs)
+            except Exception as exc:
+                self.fail(f"{type(exc).__name__}: {exc}")
+                return None
 
         def step_post_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-            if not _is_compiling():
-                post(opt)
+            if _is_compiling() or self.failed:
+                return
+            try:
+                self._on_step_post(opt)
+            except Exception as exc:
+                self.fail(f"{type(exc).__name__}: {exc}")
         _compile.run_as_python(step_pre_hook, step_post_hook)
         self.hook_handles += [opt_mod.register_optimizer_step_pre_hook(step_pre_hook),
                               opt_mod.register_optimizer_step_post_hook(step_post_hook)]
@@ -587,11 +601,16 @@ def _identity(x: Any) -> Any:
 
 
 _is_compiling = torch.compiler.is_compiling
-# The module calls' work, every guarded callback and the unpack hook may run in a compiled
-# region's eager parts: Dynamo runs them as plain Python (_compile.py). _guard(None, ...) only
-# builds the one code object all guarded callbacks share.
+# The module calls' work, every guarded callback, what the phase wrappers call (guarded
+# inline) and the unpack hook may run in a compiled region's eager parts: Dynamo runs them as
+# plain Python (_compile.py). _guard(None, ...) only builds the one code object all guarded
+# callbacks share.
 _compile.run_as_python(Instrumentation._module_exit, Instrumentation._on_module_pre,
                        Instrumentation._module_info, Instrumentation.fail,
+                       Instrumentation.begin_phase, Instrumentation.end_phase,
+                       Instrumentation._before_backward, Instrumentation._after_backward,
+                       Instrumentation._before_grad, Instrumentation._after_grad,
+                       Instrumentation._before_optimizer_zero_grad,
                        Instrumentation._guard(None, _identity), _identity)  # type: ignore[arg-type]
 # module_call runs the user's module: its own frame only (what it calls is as without it)
 _compile.run_frame_as_python(Instrumentation.module_call)

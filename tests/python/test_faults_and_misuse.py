@@ -49,6 +49,52 @@ def test_an_internal_error_warns_once_stops_recording_and_training_goes_on(kind,
     assert report["steps"][0]["complete"]
 
 
+class _Raises:
+    """Stands in for a piece of the session's own work: raises when called or popped."""
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError("injected in a wrapper")
+
+    pop = __call__
+
+
+# Where the raise is put, on the session's instrumentation, at step 1: what runs before
+# loss.backward() (the loss's tag), after it (the gradients' tags), in the optimizer's step
+# pre-hook (its phase table) and in its post-hook (the optimizer state's tags).
+_WRAPPER_FAULTS = {"before_backward": "_tag_loss", "after_backward": "tag_gradients",
+                   "step_pre_hook": "_step_phases", "step_post_hook": "tag_optimizer_state"}
+
+
+@pytest.mark.parametrize("where", sorted(_WRAPPER_FAULTS))
+def test_an_exception_in_a_phase_wrapper_or_step_hook_warns_once_and_training_goes_on(where, trace_path):
+    """Given an exception raised by ridgescope's own Python work around a torch call it wraps
+    (before and after loss.backward()) or in the optimizer's step hooks,
+    then training finishes with the same losses, one warning is issued, the session names the
+    error, and the steps before it are in the trace."""
+    model = make_mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    expected = []
+    for step in range(4):
+        expected += train(model, opt, lambda i: mlp_batch(16, step), mlp_loss, steps=1)
+
+    model = make_mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with rs.track(model=model, optimizer=opt, out=trace_path) as session:
+            for step in range(4):
+                if step == 1:
+                    setattr(session._instr, _WRAPPER_FAULTS[where], _Raises())
+                losses += train(model, opt, lambda i: mlp_batch(16, step), mlp_loss, steps=1)
+    caught = [w for w in caught if "ridgescope" in str(w.message)]
+    assert losses == expected
+    assert len(caught) == 1 and "stopped recording" in str(caught[0].message)
+    assert session.error == "RuntimeError: injected in a wrapper"
+    assert not _C._cpu_allocator_installed()
+    assert rs.load(trace_path).to_dict()["steps"][0]["complete"]
+
+
 def test_nested_sessions_are_refused_at_the_call(tmp_path):
     with rs.track(out=tmp_path / "a.rstrace"):
         with pytest.raises(rs.RidgescopeError, match="already tracking"):
