@@ -12,7 +12,8 @@ from ridgescope import _C
 from conftest import make_mlp, mlp_batch, mlp_loss, train
 
 
-def run_with_fault(kind: str, trace_path, when_step: int = 1):
+def run_with_fault(inject, trace_path, when_step: int = 1):
+    """Four tracked steps of the MLP, ``inject(session)`` called before step ``when_step``."""
     model = make_mlp()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     losses = []
@@ -21,10 +22,25 @@ def run_with_fault(kind: str, trace_path, when_step: int = 1):
         with rs.track(model=model, optimizer=opt, out=trace_path) as session:
             for step in range(4):
                 if step == when_step:
-                    session.flush()  # what came before the fault is on disk, as after 100 ms
-                    session._native.inject_fault(kind)
+                    inject(session)
                 losses += train(model, opt, lambda i: mlp_batch(16, step), mlp_loss, steps=1)
     return session, losses, [w for w in caught if "ridgescope" in str(w.message)]
+
+
+def native_fault(kind: str):
+    def inject(session) -> None:
+        session.flush()  # what came before the fault is on disk, as after 100 ms
+        session._native.inject_fault(kind)
+    return inject
+
+
+def untracked_losses() -> list[float]:
+    model = make_mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    expected = []
+    for step in range(4):
+        expected += train(model, opt, lambda i: mlp_batch(16, step), mlp_loss, steps=1)
+    return expected
 
 
 @pytest.mark.parametrize("kind", ["tag", "write"])
@@ -32,13 +48,8 @@ def test_an_internal_error_warns_once_stops_recording_and_training_goes_on(kind,
     """Given a fault injected inside the session (a failing tag, a failing trace write),
     then training finishes with the same losses, one warning is issued, the session says why,
     and the trace holds what was recorded before the fault."""
-    model = make_mlp()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    expected = []
-    for step in range(4):
-        expected += train(model, opt, lambda i: mlp_batch(16, step), mlp_loss, steps=1)
-
-    session, losses, caught = run_with_fault(kind, trace_path)
+    expected = untracked_losses()
+    session, losses, caught = run_with_fault(native_fault(kind), trace_path)
     assert losses == expected
     assert len(caught) == 1
     assert "stopped recording" in str(caught[0].message)
@@ -71,23 +82,9 @@ def test_an_exception_in_a_phase_wrapper_or_step_hook_warns_once_and_training_go
     (before and after loss.backward()) or in the optimizer's step hooks,
     then training finishes with the same losses, one warning is issued, the session names the
     error, and the steps before it are in the trace."""
-    model = make_mlp()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    expected = []
-    for step in range(4):
-        expected += train(model, opt, lambda i: mlp_batch(16, step), mlp_loss, steps=1)
-
-    model = make_mlp()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    losses = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with rs.track(model=model, optimizer=opt, out=trace_path) as session:
-            for step in range(4):
-                if step == 1:
-                    setattr(session._instr, _WRAPPER_FAULTS[where], _Raises())
-                losses += train(model, opt, lambda i: mlp_batch(16, step), mlp_loss, steps=1)
-    caught = [w for w in caught if "ridgescope" in str(w.message)]
+    expected = untracked_losses()
+    session, losses, caught = run_with_fault(
+        lambda session: setattr(session._instr, _WRAPPER_FAULTS[where], _Raises()), trace_path)
     assert losses == expected
     assert len(caught) == 1 and "stopped recording" in str(caught[0].message)
     assert session.error == "RuntimeError: injected in a wrapper"
