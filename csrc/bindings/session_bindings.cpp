@@ -136,7 +136,7 @@ struct ModuleCallNames {
   PyObject* module_call;
   PyObject* module_exit;
   PyObject* module_info;
-  PyObject* fail;
+  PyObject* internal_error;
 };
 
 const ModuleCallNames* module_call_names() {
@@ -145,7 +145,8 @@ const ModuleCallNames* module_call_names() {
                                   PyUnicode_InternFromString("_recomputing"),
                                   PyUnicode_InternFromString("module_call"),
                                   PyUnicode_InternFromString("_module_exit"),
-                                  PyUnicode_InternFromString("_module_info"), PyUnicode_InternFromString("fail")};
+                                  PyUnicode_InternFromString("_module_info"),
+                                  PyUnicode_InternFromString("internal_error")};
     return n;
   }();
   return names;
@@ -181,22 +182,19 @@ int flag(PyObject* obj, PyObject* name) {
   return truth != 0;
 }
 
-// As Python's `except Exception as exc: self.fail(f"{type(exc).__name__}: {exc}")`: false (the
-// error left set) for an exception that is not an Exception (KeyboardInterrupt, SystemExit).
+// As Python's `except Exception as exc: self.internal_error(exc)` (the one message format is
+// there): false (the error left set) for an exception that is not an Exception
+// (KeyboardInterrupt, SystemExit).
 bool report_internal_error(PyObject* instr) {
   if (!PyErr_ExceptionMatches(PyExc_Exception)) return false;
   PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
   PyErr_Fetch(&type, &value, &traceback);
   PyErr_NormalizeException(&type, &value, &traceback);
-  PyObject* type_name = PyObject_GetAttrString(type, "__name__");  // type(exc).__name__ (3.10 has no PyType_GetName)
-  PyObject* message = type_name != nullptr ? PyUnicode_FromFormat("%U: %S", type_name, value != nullptr ? value : Py_None)
-                                           : nullptr;
-  Py_XDECREF(type_name);
+  PyObject* done = value != nullptr ? PyObject_CallMethodOneArg(instr, module_call_names()->internal_error, value)
+                                    : nullptr;
   Py_XDECREF(type);
   Py_XDECREF(value);
   Py_XDECREF(traceback);
-  PyObject* done = message != nullptr ? PyObject_CallMethodOneArg(instr, module_call_names()->fail, message) : nullptr;
-  Py_XDECREF(message);
   if (done == nullptr) PyErr_Clear();
   Py_XDECREF(done);
   return true;

@@ -128,11 +128,16 @@ class Instrumentation(Tagging):
             try:
                 return fn(*args, **kwargs)
             except Exception as exc:  # an internal error must never reach the training loop
-                self.fail(f"{type(exc).__name__}: {exc}")
+                self.internal_error(exc)
                 return None
         return guarded
 
-    def fail(self, reason: str) -> None:
+    def internal_error(self, exc: Exception) -> None:
+        """``fail`` for an exception caught around the session's own work (the one message
+        format; the warning still points where ``fail`` called directly would)."""
+        self.fail(f"{type(exc).__name__}: {exc}", stacklevel=4)
+
+    def fail(self, reason: str, stacklevel: int = 3) -> None:
         """Stops recording after an internal error: one warning, training goes on."""
         if self.failed:
             return
@@ -144,7 +149,7 @@ class Instrumentation(Tagging):
             pass
         warnings.warn(f"ridgescope stopped recording after an internal error ({reason}); "
                       "training continues and the trace keeps what was recorded before it.",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning, stacklevel=stacklevel)
         self.remove()
 
     def check_native(self) -> None:
@@ -241,7 +246,7 @@ class Instrumentation(Tagging):
             else:
                 self._on_module_pre(module, args, {})
         except Exception as exc:  # an internal error must never reach the training loop
-            self.fail(f"{type(exc).__name__}: {exc}")
+            self.internal_error(exc)
             return call(module, *args, **kwargs)
         try:
             output = call(module, *args, **kwargs)
@@ -267,7 +272,7 @@ class Instrumentation(Tagging):
                 return
             self._on_module_post(module, args, {}, output)
         except Exception as exc:
-            self.fail(f"{type(exc).__name__}: {exc}")
+            self.internal_error(exc)
 
     def _on_module_pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         calls = self._depth()
@@ -373,7 +378,7 @@ class Instrumentation(Tagging):
                         if opened and before is not None:
                             before(*args, **kwargs)
                     except Exception as exc:  # never into the training loop
-                        instr.fail(f"{type(exc).__name__}: {exc}")
+                        instr.internal_error(exc)
                 try:
                     return original(*args, **kwargs)
                 finally:
@@ -383,7 +388,7 @@ class Instrumentation(Tagging):
                                 after()
                             instr.end_phase(phase)
                         except Exception as exc:
-                            instr.fail(f"{type(exc).__name__}: {exc}")
+                            instr.internal_error(exc)
             # under torch.compile: seen by Dynamo as the original (_compile.py)
             return _compile.transparent(original, wrapper)
         return make
@@ -418,7 +423,7 @@ class Instrumentation(Tagging):
             try:
                 return self._on_step_pre(opt, args, kwargs)
             except Exception as exc:
-                self.fail(f"{type(exc).__name__}: {exc}")
+                self.internal_error(exc)
                 return None
 
         def step_post_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -427,7 +432,7 @@ class Instrumentation(Tagging):
             try:
                 self._on_step_post(opt)
             except Exception as exc:
-                self.fail(f"{type(exc).__name__}: {exc}")
+                self.internal_error(exc)
         _compile.run_as_python(step_pre_hook, step_post_hook)
         self.hook_handles += [opt_mod.register_optimizer_step_pre_hook(step_pre_hook),
                               opt_mod.register_optimizer_step_post_hook(step_post_hook)]
@@ -606,7 +611,7 @@ _is_compiling = torch.compiler.is_compiling
 # plain Python (_compile.py). _guard(None, ...) only builds the one code object all guarded
 # callbacks share.
 _compile.run_as_python(Instrumentation._module_exit, Instrumentation._on_module_pre,
-                       Instrumentation._module_info, Instrumentation.fail,
+                       Instrumentation._module_info, Instrumentation.fail, Instrumentation.internal_error,
                        Instrumentation.begin_phase, Instrumentation.end_phase,
                        Instrumentation._before_backward, Instrumentation._after_backward,
                        Instrumentation._before_grad, Instrumentation._after_grad,
